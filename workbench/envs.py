@@ -124,11 +124,14 @@ class VectorEnv:
     def reset(self, seed: "int | Sequence[int] | np.ndarray | None" = None) -> tuple[np.ndarray, dict]:
         """Reset every env. ``seed``: env ``i`` gets ``seed + i`` (an int), or ``seed[i]``."""
         if seed is not None:
-            seeds = (
-                np.arange(seed, seed + self.num_envs)
-                if isinstance(seed, (int, np.integer))
-                else np.asarray(seed, dtype=np.int64)
-            )
+            if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+                seeds = np.arange(seed, seed + self.num_envs)
+            else:
+                seeds = np.asarray(seed)
+                if seeds.ndim != 1 or not np.issubdtype(seeds.dtype, np.integer):
+                    raise ValueError(
+                        f"seed must be an int (env i gets seed + i) or one int per env, got {seed!r}."
+                    )
             if seeds.shape != (self.num_envs,):
                 raise ValueError(
                     f"reset got {seeds.shape[0]} seeds for {self.num_envs} envs; pass one int "
@@ -211,8 +214,9 @@ class VectorEnv:
     def _final_obs(self, obs: np.ndarray, episode_done: np.ndarray, info: dict) -> np.ndarray:
         if not episode_done.any():
             return obs
-        if self._is_ale:  # ALE: a dense array, final obs where done
-            return info["final_obs"]
+        if self._is_ale:  # ALE: dense, but rows of envs still playing hold stale frames
+            mask = episode_done.reshape(-1, *([1] * (obs.ndim - 1)))
+            return np.where(mask, info["final_obs"], obs)
         final = obs.copy()  # gymnasium: an object array, None where not done
         for i in np.flatnonzero(episode_done):
             final[i] = info["final_obs"][i]

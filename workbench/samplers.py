@@ -26,9 +26,7 @@ import math
 import os
 import struct
 import time
-import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import wait as wait_connections
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,9 +37,6 @@ from workbench import workers
 from workbench.envs import env_spaces, make_vector_env
 from workbench.rollout import EpisodeStats, Rollout
 from workbench.system import resolve_device
-
-#: Seconds a worker may take to start (imports, env construction) or to answer one command.
-WORKER_TIMEOUT = 120.0
 
 
 class Policy(Protocol):
@@ -74,6 +69,11 @@ def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     """Contiguous env slices ``[lo, hi)`` as even as possible, one per worker."""
     bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
     return [(int(bounds[i]), int(bounds[i + 1])) for i in range(num_workers)]
+
+
+def _keep(new: int | None, current: int) -> int:
+    """``resize`` arguments: None keeps the current value (0 is a value, and is refused)."""
+    return current if new is None else new
 
 
 def _check_sizes(num_envs: int, horizon: int, num_workers: int | None = None) -> None:
@@ -113,6 +113,9 @@ class _Buffers:
             ("final_obs", (B, *obs_shape), obs_dtype, 0),
         ):
             self.add(allocate, name, shape, dtype, fill)
+        # Row of `obs` that holds each env's newest observation: T after a whole collect, less
+        # after an interrupted one. The next collect starts from it, so no step is invented.
+        self.latest_row = np.zeros(B, dtype=np.int64)
 
     def add(self, allocate, name: str, shape, dtype, fill) -> None:
         array, shared = allocate(tuple(shape), dtype, fill)
@@ -121,10 +124,16 @@ class _Buffers:
             self.shared[name] = shared
 
     def start_collect(self) -> None:
-        """Carry the last observation over as the first, and mark rows as not yet written."""
-        a = self.arrays
-        a["obs"][0] = a["obs"][-1]
+        """Carry each env's newest observation over as the first, and clear the step rows."""
+        a, rows = self.arrays, self.latest_row
+        if (rows == rows[0]).all():
+            if rows[0] != 0:
+                a["obs"][0] = a["obs"][rows[0]]
+        else:
+            a["obs"][0] = a["obs"][rows, np.arange(len(rows))]
+        rows[:] = 0
         a["truncation_values"][...] = 0.0
+        a["episode_done"][...] = False
         a["rewards"][...] = np.nan  # sentinel: an unwritten step is obvious
 
     def rollout(self, outputs: dict[str, torch.Tensor], timings: dict[str, float]) -> Rollout:
@@ -294,7 +303,7 @@ class SerialSampler(_SteppingLoop):
             self.env_id, self.num_envs, num_threads=self.env_threads, **self.env_options
         )
         obs, _ = self.env.reset(seed=self._env_seed())
-        self.buffers.arrays["obs"][-1] = obs  # start_collect moves it to row 0
+        self.buffers.arrays["obs"][0] = obs
 
     def collect(self, policy: Policy) -> Rollout:
         policy = self._prepare(policy)
@@ -306,6 +315,7 @@ class SerialSampler(_SteppingLoop):
             self._infer(policy, t, 0, self.num_envs)
             t1 = time.perf_counter()
             workers._write_step(a, t, slice(None), self.env.step(a["actions"][t]))
+            self.buffers.latest_row[:] = t + 1
             t2 = time.perf_counter()
             self._bootstrap_truncated(policy, t, 0, self.num_envs)
             inference_s += (t1 - t0) + (time.perf_counter() - t2)
@@ -314,12 +324,21 @@ class SerialSampler(_SteppingLoop):
         timings = {"env": env_s, "inference": inference_s, "wait": 0.0, "total": total}
         return self.buffers.rollout(self._outputs, timings)
 
-    def resize(self, *, num_envs: int | None = None, horizon: int | None = None) -> None:
-        """Change B or T between collects (the envs restart)."""
+    def resize(
+        self, *, num_workers: int | None = None, num_envs: int | None = None, horizon: int | None = None
+    ) -> None:
+        """Change B or T between collects (the envs restart). A serial sampler has no workers:
+        ``num_workers`` is accepted, for one interface across samplers, and must be None or 1."""
+        num_envs = _keep(num_envs, self.num_envs)
+        horizon = _keep(horizon, self.horizon)
+        _check_sizes(num_envs, horizon)
+        if num_workers not in (None, 1):
+            raise ValueError(
+                f"SerialSampler has no worker processes (num_workers={num_workers!r}); use "
+                "ParallelSampler, BatchedSampler or AlternatingSampler for workers."
+            )
         self.env.close()
-        self.num_envs = num_envs or self.num_envs
-        self.horizon = horizon or self.horizon
-        _check_sizes(self.num_envs, self.horizon)
+        self.num_envs, self.horizon = num_envs, horizon
         self._generation += 1
         self._start()
 
@@ -327,95 +346,6 @@ class SerialSampler(_SteppingLoop):
         if not self._closed:
             self._closed = True
             self.env.close()
-
-
-class _WorkerPool:
-    """Worker processes, their pipes, and the parent's side of the protocol."""
-
-    def __init__(self, target, specs: list[workers.WorkerSpec], args_per_worker: list[tuple]) -> None:
-        context = torch.multiprocessing.get_context("spawn")
-        self.processes = []
-        self.connections = []
-        try:
-            for spec, args in zip(specs, args_per_worker):
-                parent_end, child_end = context.Pipe(duplex=True)
-                process = context.Process(
-                    target=target,
-                    args=(child_end, spec, *args),
-                    name=f"workbench-worker-{spec.worker_index}",
-                    daemon=True,
-                )
-                process.start()
-                child_end.close()  # so that the worker's death reads as EOF here
-                self.processes.append(process)
-                self.connections.append(parent_end)
-            for index in range(len(self.processes)):
-                self.receive(index)  # each worker reports it built its envs
-        except BaseException:
-            self.close()
-            raise
-        self._finalizer = weakref.finalize(self, _WorkerPool._terminate, self.processes, self.connections)
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes]
-
-    def send(self, index: int, command: bytes, argument: int = 0) -> None:
-        try:
-            self.connections[index].send_bytes(workers._COMMAND.pack(command, argument))
-        except (BrokenPipeError, OSError) as error:
-            raise self._died(index) from error
-
-    def receive(self, index: int) -> bytes:
-        """The payload of worker ``index``'s next reply; its error, re-raised here, or its death."""
-        connection = self.connections[index]
-        process = self.processes[index]
-        ready = wait_connections([connection, process.sentinel], timeout=WORKER_TIMEOUT)
-        if connection not in ready:
-            if process.sentinel in ready:
-                raise self._died(index)
-            raise TimeoutError(
-                f"worker {index} (pid {process.pid}) did not answer in {WORKER_TIMEOUT:.0f} s; "
-                "the machine may be overloaded: use fewer workers or envs."
-            )
-        try:
-            reply = connection.recv_bytes()
-        except (EOFError, OSError) as error:
-            raise self._died(index) from error
-        if reply[:1] == workers.ERROR:
-            raise RuntimeError(f"worker {index} failed:\n{reply[1:].decode()}")
-        return reply[1:]
-
-    def _died(self, index: int) -> RuntimeError:
-        process = self.processes[index]
-        process.join(timeout=1.0)
-        return RuntimeError(
-            f"worker {index} (pid {process.pid}) died (exit code {process.exitcode}). The sampler "
-            "cannot continue; close it and make a new one (or call resize to restart workers)."
-        )
-
-    @staticmethod
-    def _terminate(processes, connections) -> None:
-        for connection in connections:
-            try:
-                connection.send_bytes(workers._COMMAND.pack(workers.CLOSE, 0))
-            except (BrokenPipeError, OSError):
-                pass
-        deadline = time.monotonic() + 3.0
-        for process in processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=1.0)
-        for connection in connections:
-            connection.close()
-
-    def close(self) -> None:
-        finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer()
-        else:
-            _WorkerPool._terminate(self.processes, self.connections)
 
 
 class _WorkerSampler(_SteppingLoop):
@@ -433,14 +363,14 @@ class _WorkerSampler(_SteppingLoop):
         env_options: dict | None,
     ) -> None:
         super().__init__(env_id, num_envs=num_envs, horizon=horizon, seed=seed, device=device, env_options=env_options)
-        self._check_workers(num_envs, num_workers)
+        self._check_workers(num_envs, num_workers, horizon)
         self.num_workers = num_workers
-        self._pending: set[int] = set()
-        self._pool: _WorkerPool | None = None
+        self._pending: dict[int, int] = {}  # worker index -> the step it was sent and has not answered
+        self._pool: workers.WorkerPool | None = None
         self._start()
 
-    def _check_workers(self, num_envs: int, num_workers: int) -> None:
-        _check_sizes(num_envs, self.horizon, num_workers)
+    def _check_workers(self, num_envs: int, num_workers: int, horizon: int) -> None:
+        _check_sizes(num_envs, horizon, num_workers)
 
     def _worker_slices(self) -> list[tuple[int, int]]:
         return _split(self.num_envs, self.num_workers)
@@ -460,14 +390,12 @@ class _WorkerSampler(_SteppingLoop):
             )
             for index, (lo, hi) in enumerate(self.slices)
         ]
-        self._pool = _WorkerPool(workers.env_worker, specs, [(self.buffers.shared,)] * len(specs))
-        self._pending = set()
+        self._pool = workers.WorkerPool(context, workers.env_worker, specs, [(self.buffers.shared,)] * len(specs))
+        self._pending = {}
         for index, (lo, _) in enumerate(self.slices):
             self._pool.send(index, workers.RESET, self._env_seed() + lo)
         for index in range(len(self.slices)):
             self._pool.receive(index)
-        a = self.buffers.arrays
-        a["obs"][-1] = a["obs"][0]  # start_collect moves it back to row 0
 
     @property
     def worker_pids(self) -> list[int]:
@@ -476,22 +404,21 @@ class _WorkerSampler(_SteppingLoop):
     def _send_group(self, t: int, indices: list[int]) -> None:
         for index in indices:
             self._pool.send(index, workers.STEP, t)
-            self._pending.add(index)
+            self._pending[index] = t
 
     def _receive_group(self, indices: list[int]) -> float:
         """Wait for these workers' step; returns the mean seconds they spent stepping."""
         busy = 0.0
         for index in indices:
             payload = self._pool.receive(index)
-            self._pending.discard(index)
+            lo, hi = self.slices[index]
+            self.buffers.latest_row[lo:hi] = self._pending.pop(index) + 1
             busy += struct.unpack("<d", payload)[0]
         return busy / max(1, len(indices))
 
     def _drain(self) -> None:
         """After an interrupted collect: take the replies still owed, so the next collect starts clean."""
-        for index in sorted(self._pending):
-            self._pool.receive(index)
-        self._pending.clear()
+        self._receive_group(sorted(self._pending))
 
     def collect(self, policy: Policy) -> Rollout:
         if self._pending:
@@ -505,12 +432,12 @@ class _WorkerSampler(_SteppingLoop):
 
     def resize(self, *, num_workers: int | None = None, num_envs: int | None = None, horizon: int | None = None) -> None:
         """Change the number of workers, envs (B) or steps (T) between collects: workers restart."""
-        num_workers = num_workers or self.num_workers
-        num_envs = num_envs or self.num_envs
-        self.horizon = horizon or self.horizon
-        self._check_workers(num_envs, num_workers)
+        num_workers = _keep(num_workers, self.num_workers)
+        num_envs = _keep(num_envs, self.num_envs)
+        horizon = _keep(horizon, self.horizon)
+        self._check_workers(num_envs, num_workers, horizon)
         self._pool.close()
-        self.num_workers, self.num_envs = num_workers, num_envs
+        self.num_workers, self.num_envs, self.horizon = num_workers, num_envs, horizon
         self._generation += 1
         self._start()
 
@@ -590,8 +517,8 @@ class AlternatingSampler(_WorkerSampler):
     ) -> None:
         super().__init__(env_id, num_envs=num_envs, horizon=horizon, num_workers=num_workers, seed=seed, device=device, env_options=env_options)
 
-    def _check_workers(self, num_envs: int, num_workers: int) -> None:
-        _check_sizes(num_envs, self.horizon, num_workers)
+    def _check_workers(self, num_envs: int, num_workers: int, horizon: int) -> None:
+        _check_sizes(num_envs, horizon, num_workers)
         if num_workers % 2 or num_envs % 2:
             raise ValueError(
                 f"AlternatingSampler splits envs and workers into two equal groups, so num_workers "
@@ -667,9 +594,9 @@ class ParallelSampler(_Sampler):
         super().__init__(env_id, num_envs=num_envs, horizon=horizon, seed=seed, device="cpu", env_options=env_options)
         _check_sizes(num_envs, horizon, num_workers)
         self.num_workers = num_workers
-        self._pool: _WorkerPool | None = None
+        self._pool: workers.WorkerPool | None = None
         self._shared_policy: Any = None
-        self._pending: set[int] = set()
+        self._pending: set[int] = set()  # workers sent a COLLECT that have not answered
 
     @property
     def worker_pids(self) -> list[int]:
@@ -698,13 +625,11 @@ class ParallelSampler(_Sampler):
             for index, (lo, hi) in enumerate(self.slices)
         ]
         args = [(self.buffers.shared, self._shared_policy)] * len(worker_specs)
-        self._pool = _WorkerPool(workers.policy_worker, worker_specs, args)
+        self._pool = workers.WorkerPool(context, workers.policy_worker, worker_specs, args)
         for index, (lo, _) in enumerate(self.slices):
             self._pool.send(index, workers.RESET, self._env_seed() + lo)
         for index in range(len(self.slices)):
             self._pool.receive(index)
-        a = self.buffers.arrays
-        a["obs"][-1] = a["obs"][0]
 
     def _sync_parameters(self, policy: Any) -> None:
         with torch.no_grad():
@@ -712,9 +637,11 @@ class ParallelSampler(_Sampler):
                 shared.copy_(current)
 
     def _drain(self) -> None:
+        """Take the replies still owed: a worker always finishes its T steps."""
         for index in sorted(self._pending):
             self._pool.receive(index)
         self._pending.clear()
+        self.buffers.latest_row[:] = self.horizon
 
     def collect(self, policy: Policy) -> Rollout:
         if self._closed:
@@ -741,6 +668,7 @@ class ParallelSampler(_Sampler):
             self._drain()
             raise
         total = time.perf_counter() - start
+        self.buffers.latest_row[:] = self.horizon
         a = self.buffers.arrays
         outputs = {name[4:]: torch.from_numpy(a[name]) for name in a if name.startswith("out_")}
         timings = {"env": env_s, "inference": inference_s, "wait": total, "total": total}
@@ -748,9 +676,9 @@ class ParallelSampler(_Sampler):
 
     def resize(self, *, num_workers: int | None = None, num_envs: int | None = None, horizon: int | None = None) -> None:
         """Change workers, envs (B) or steps (T) between collects: workers restart at the next collect."""
-        num_workers = num_workers or self.num_workers
-        num_envs = num_envs or self.num_envs
-        horizon = horizon or self.horizon
+        num_workers = _keep(num_workers, self.num_workers)
+        num_envs = _keep(num_envs, self.num_envs)
+        horizon = _keep(horizon, self.horizon)
         _check_sizes(num_envs, horizon, num_workers)
         if self._pool is not None:
             self._pool.close()

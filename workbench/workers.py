@@ -11,9 +11,9 @@ start: anonymous shared memory (an unlinked file), so nothing is left in /dev/sh
 killed. Per step only a few bytes cross the pipe (a command and a step index one way, a status and
 a timing the other), never observations.
 
-Every worker dies with its parent: it sets a parent-death signal, watches its parent's pid from a
-thread (the signal fires when the *thread* that started the worker ends, which in a notebook can
-be a run's background thread), and exits on end-of-file from its pipe.
+Every worker dies with its parent: a watchdog thread polls the parent's pid, and the worker exits
+on end-of-file from its pipe. ``WorkerPool`` is the parent's side: start, command, reply, and an
+error (the worker's traceback, its death, or a time-out) instead of a hang.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import struct
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,9 @@ RESET, STEP, COLLECT, CLOSE = b"R", b"S", b"C", b"Q"
 OK, ERROR = b"K", b"E"
 
 _COMMAND = struct.Struct("<cq")
+
+#: Seconds a worker may take to start (imports, env construction) or to answer one command.
+WORKER_TIMEOUT = 120.0
 
 
 @dataclass
@@ -74,19 +79,18 @@ class WorkerSpec:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Make this process exit when ``parent_pid`` goes away, however it goes."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the watchdog below still works
-        pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    """Make this process exit when ``parent_pid`` goes away, however it goes (SIGKILL included).
+
+    A watchdog thread polls the parent's pid. Linux's parent-death signal (``PR_SET_PDEATHSIG``)
+    is not used: it fires when the *thread* that started the worker ends, and in a notebook that
+    is often a run's background thread, not the end of the kernel.
+    """
+    if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(1)
 
     def watch() -> None:
         while True:
-            time.sleep(0.25)
+            time.sleep(0.2)
             if os.getppid() != parent_pid:
                 os._exit(1)
 
@@ -189,15 +193,106 @@ def policy_worker(conn, spec: WorkerSpec, buffers: dict[str, SharedArray], polic
             middle = time.perf_counter()
             result = env.step(arrays["actions"][t, sl])
             _write_step(arrays, t, sl, result)
+            stepped = time.perf_counter()
             truncated = result[3]
-            if truncated.any() and "value" in output_names:
-                final = torch.from_numpy(np.ascontiguousarray(result[4]["final_obs"][truncated]))
-                with torch.no_grad():
-                    values = policy.act(final)["value"].numpy()
+            if truncated.any():
+                if "value" in output_names:
+                    final = torch.from_numpy(np.ascontiguousarray(result[4]["final_obs"][truncated]))
+                    with torch.no_grad():
+                        values = policy.act(final)["value"].float().numpy()
+                else:
+                    values = np.nan  # the policy gives no value: the algorithm must not bootstrap
                 arrays["truncation_values"][t, sl][truncated] = values
-            end = time.perf_counter()
-            inference_seconds += (middle - start) + 0.0
-            env_seconds += end - middle
+            inference_seconds += (middle - start) + (time.perf_counter() - stepped)
+            env_seconds += stepped - middle
         return struct.pack("<dd", env_seconds, inference_seconds)
 
     _serve(conn, spec, buffers, handle)
+
+
+class WorkerPool:
+    """Worker processes, their pipes, and the parent's side of the protocol."""
+
+    def __init__(self, context, target, specs: list[WorkerSpec], args_per_worker: list[tuple]) -> None:
+        self.processes = []
+        self.connections = []
+        try:
+            for spec, args in zip(specs, args_per_worker):
+                parent_end, child_end = context.Pipe(duplex=True)
+                process = context.Process(
+                    target=target,
+                    args=(child_end, spec, *args),
+                    name=f"workbench-worker-{spec.worker_index}",
+                    daemon=True,
+                )
+                process.start()
+                child_end.close()  # so that the worker's death reads as EOF here
+                self.processes.append(process)
+                self.connections.append(parent_end)
+            for index in range(len(self.processes)):
+                self.receive(index)  # each worker reports it built its envs
+        except BaseException:
+            self.close()
+            raise
+        self._finalizer = weakref.finalize(self, WorkerPool._terminate, self.processes, self.connections)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def send(self, index: int, command: bytes, argument: int = 0) -> None:
+        try:
+            self.connections[index].send_bytes(_COMMAND.pack(command, argument))
+        except (BrokenPipeError, OSError) as error:
+            raise self._died(index) from error
+
+    def receive(self, index: int) -> bytes:
+        """The payload of worker ``index``'s next reply; its error, re-raised here, or its death."""
+        connection = self.connections[index]
+        process = self.processes[index]
+        ready = wait_connections([connection, process.sentinel], timeout=WORKER_TIMEOUT)
+        if connection not in ready:
+            if process.sentinel in ready:
+                raise self._died(index)
+            raise TimeoutError(
+                f"worker {index} (pid {process.pid}) did not answer in {WORKER_TIMEOUT:.0f} s; "
+                "the machine may be overloaded: use fewer workers or envs."
+            )
+        try:
+            reply = connection.recv_bytes()
+        except (EOFError, OSError) as error:
+            raise self._died(index) from error
+        if reply[:1] == ERROR:
+            raise RuntimeError(f"worker {index} failed:\n{reply[1:].decode()}")
+        return reply[1:]
+
+    def _died(self, index: int) -> RuntimeError:
+        process = self.processes[index]
+        process.join(timeout=1.0)
+        return RuntimeError(
+            f"worker {index} (pid {process.pid}) died (exit code {process.exitcode}). The sampler "
+            "cannot continue; close it and make a new one (or call resize to restart workers)."
+        )
+
+    @staticmethod
+    def _terminate(processes, connections) -> None:
+        for connection in connections:
+            try:
+                connection.send_bytes(_COMMAND.pack(CLOSE, 0))
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + 3.0
+        for process in processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=1.0)
+        for connection in connections:
+            connection.close()
+
+    def close(self) -> None:
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        else:
+            WorkerPool._terminate(self.processes, self.connections)

@@ -604,3 +604,12 @@ def test_collect_after_an_interrupt_stores_only_real_transitions(interrupted_run
     assert not isinstance(runs, BaseException), f"collect after the interrupt failed: {runs!r}"
     assert fake_transitions(runs[1]) == []
 
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_different_policy_is_used_from_the_next_collect(kind: str) -> None:
+    with make(kind, num_envs=2, horizon=4) as sampler:
+        first = sampler.collect(ConstantPolicy(1, with_value=True))
+        second = sampler.collect(ConstantPolicy(0, with_value=False))
+    assert first.actions.unique().tolist() == [1] and "value" in first.policy_outputs
+    assert second.actions.unique().tolist() == [0] and "value" not in second.policy_outputs

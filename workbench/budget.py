@@ -25,6 +25,10 @@ class Budget:
     """Steps per collect (T of the [T, B] rollout) in notebook 02."""
     sampler_workers: int
     """Worker processes for the parallel samplers in notebook 02."""
+    repeats: int
+    """Short measurements per figure; the best is kept (a busy machine only ever slows one)."""
+    inference_batch_sizes: tuple[int, ...]
+    """Batch sizes of the inference study (notebook 01)."""
 
 
 _BUDGETS = {
@@ -35,6 +39,8 @@ _BUDGETS = {
         sampler_envs=8,
         sampler_horizon=16,
         sampler_workers=2,
+        repeats=3,
+        inference_batch_sizes=(1, 8, 32),
     ),
     "full": Budget(
         name="full",
@@ -43,6 +49,8 @@ _BUDGETS = {
         sampler_envs=32,
         sampler_horizon=64,
         sampler_workers=2,
+        repeats=3,
+        inference_batch_sizes=(1, 8, 32, 128),
     ),
 }
 

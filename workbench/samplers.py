@@ -26,6 +26,7 @@ import math
 import os
 import struct
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +64,27 @@ def _output_specs(policy: Policy, obs_example: np.ndarray, device: torch.device)
             f"(got {type(out).__name__}); see workbench.models.ActorCritic.act."
         )
     return {name: _OutputSpec(tuple(v.shape[1:]), v.dtype) for name, v in out.items()}
+
+
+class _PolicyMemory:
+    """Which policy a sampler last prepared for (its buffers, copies and workers depend on it).
+
+    The same object again means "new parameters, same policy": they are copied. Any other object
+    is a new policy: output buffers are re-derived and copies remade. A weak reference, so a
+    policy that was freed is never mistaken for a new one at the same address.
+    """
+
+    def __init__(self) -> None:
+        self._ref: Any = None
+
+    def is_new(self, policy: Any) -> bool:
+        return self._ref is None or self._ref() is not policy
+
+    def remember(self, policy: Any) -> None:
+        try:
+            self._ref = weakref.ref(policy)
+        except TypeError:  # objects without weakref support: remembered strongly
+            self._ref = lambda: policy
 
 
 def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
@@ -185,6 +207,7 @@ class _Sampler:
         # Checks the id and options once, here, with a clear error, before any worker starts.
         self.observation_space, self.action_space = env_spaces(env_id, **self.env_options)
         self._inference_policy: Any = None
+        self._inference_memory = _PolicyMemory()
         self._generation = 0  # bumped by resize so that new envs do not replay old episodes
         self._closed = False
 
@@ -196,7 +219,8 @@ class _Sampler:
         params = list(policy.parameters()) if isinstance(policy, torch.nn.Module) else []
         if not params or params[0].device == self.device:
             return policy
-        if self._inference_policy is None or type(self._inference_policy) is not type(policy):
+        if self._inference_policy is None or self._inference_memory.is_new(policy):
+            self._inference_memory.remember(policy)
             self._inference_policy = copy.deepcopy(policy).to(self.device)
         self._inference_policy.load_state_dict(policy.state_dict())
         return self._inference_policy
@@ -228,6 +252,7 @@ class _SteppingLoop(_Sampler):
     def _start_buffers(self, allocate) -> None:
         self.buffers = _Buffers(allocate, self.horizon, self.num_envs, self.observation_space, self.action_space)
         self._outputs: dict[str, torch.Tensor] | None = None
+        self._outputs_memory = _PolicyMemory()
 
     def _allocate_outputs(self, policy: Any) -> None:
         obs_example = self.buffers.arrays["obs"][0, 0]
@@ -262,9 +287,11 @@ class _SteppingLoop(_Sampler):
     def _prepare(self, policy: Any) -> Any:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed; make a new sampler.")
+        new_policy = self._outputs_memory.is_new(policy)
+        self._outputs_memory.remember(policy)
         policy = self._inference_copy(policy)
-        if self._outputs is None:
-            self._allocate_outputs(policy)
+        if self._outputs is None or new_policy:
+            self._allocate_outputs(policy)  # another policy: its outputs may differ
         self.buffers.start_collect()
         return policy
 
@@ -542,11 +569,13 @@ class AlternatingSampler(_WorkerSampler):
         start = time.perf_counter()
 
         def infer_and_send(group: int, t: int) -> None:
-            nonlocal inference_s
+            nonlocal inference_s, wait_s
             t0 = time.perf_counter()
             self._infer(policy, t, *bounds[group])
-            inference_s += time.perf_counter() - t0
+            t1 = time.perf_counter()
             self._send_group(t, groups[group])
+            inference_s += t1 - t0
+            wait_s += time.perf_counter() - t1  # messaging counts as waiting, as in BatchedSampler
 
         def receive(group: int, t: int) -> None:
             nonlocal env_s, wait_s, inference_s
@@ -596,6 +625,7 @@ class ParallelSampler(_Sampler):
         self.num_workers = num_workers
         self._pool: workers.WorkerPool | None = None
         self._shared_policy: Any = None
+        self._policy_memory = _PolicyMemory()
         self._pending: set[int] = set()  # workers sent a COLLECT that have not answered
 
     @property
@@ -646,8 +676,11 @@ class ParallelSampler(_Sampler):
     def collect(self, policy: Policy) -> Rollout:
         if self._closed:
             raise RuntimeError("ParallelSampler is closed; make a new sampler.")
+        if self._pool is not None and self._policy_memory.is_new(policy):
+            self.resize()  # another policy: workers restart with a copy of it
         if self._pool is None:
             self._start(policy)
+            self._policy_memory.remember(policy)
         if self._pending:
             self._drain()
         self._sync_parameters(policy)

@@ -26,3 +26,15 @@ __all__ = [
     "value_rescale",
     "vtrace",
 ]
+
+# Learners (pg.py): A2C and PPO with their configs.
+from workbench.algos.pg import (  # noqa: E402
+    A2C,
+    PPO,
+    A2CConfig,
+    PPOConfig,
+    scaled_learning_rate,
+    train,
+)
+
+__all__ += ["A2C", "A2CConfig", "PPO", "PPOConfig", "scaled_learning_rate", "train"]

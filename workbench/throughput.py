@@ -169,7 +169,7 @@ def measure_sampler(
     sampler: Any,
     policy: Any,
     seconds: float,
-    warmup_collects: int = 1,
+    warmup_collects: int = 2,
     *,
     label: str | None = None,
     num_threads: int | None = None,
@@ -180,7 +180,8 @@ def measure_sampler(
         sampler: any workbench sampler (it is not closed here).
         policy: what ``collect`` is called with.
         seconds: collects run until this much wall-clock time has passed (at least one collect).
-        warmup_collects: untimed collects first (workers start, buffers are allocated).
+        warmup_collects: untimed collects first (workers start, buffers and the rollout pool are
+            allocated).
         label: the row's name (default: the sampler's repr).
         num_threads: torch threads in this process during the measurement (None: unchanged).
             ParallelSampler's workers always use one thread each.

@@ -613,3 +613,29 @@ def test_a_different_policy_is_used_from_the_next_collect(kind: str) -> None:
         second = sampler.collect(ConstantPolicy(0, with_value=False))
     assert first.actions.unique().tolist() == [1] and "value" in first.policy_outputs
     assert second.actions.unique().tolist() == [0] and "value" not in second.policy_outputs
+
+
+@pytest.mark.parametrize("kind", ["serial", "batched", "alternating"])
+def test_ctrl_c_takes_effect_at_a_step_boundary_and_restores_the_handler(kind: str) -> None:
+    """A real SIGINT (Python's default handler, as in a kernel) mid-collect: KeyboardInterrupt
+    comes out of collect, the handler is restored, and what follows holds only real steps."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    torch.manual_seed(0)
+    policy = SlowPolicy((4,), 2)
+    with make(kind, num_envs=4, horizon=CARTPOLE_T, seed=0) as sampler:
+        sampler.collect(policy)
+        policy.delay.fill_(0.02)
+        timer = threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                sampler.collect(policy)
+        finally:
+            timer.cancel()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        policy.delay.fill_(0.0)
+        after = [sampler.collect(policy) for _ in range(2)]
+    for rollout in after:
+        assert not torch.isnan(rollout.rewards).any()
+        assert fake_transitions(rollout) == []
+    assert torch.equal(after[0].next_obs, after[1].obs[0])

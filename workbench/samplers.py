@@ -24,8 +24,10 @@ from __future__ import annotations
 import copy
 import math
 import os
+import signal
 import struct
 import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -65,6 +67,41 @@ def _output_specs(policy: Policy, obs_example: np.ndarray, device: torch.device)
             f"(got {type(out).__name__}); see workbench.models.ActorCritic.act."
         )
     return {name: _OutputSpec(tuple(v.shape[1:]), v.dtype) for name, v in out.items()}
+
+
+class _StepBoundaryInterrupts:
+    """A Ctrl-C (the kernel's interrupt button) during a collect takes effect between steps.
+
+    KeyboardInterrupt can otherwise land between sending a worker its command and recording that
+    a reply is owed, and the pipe's conversation would slip out of step. While a collect runs in
+    the main thread, SIGINT only sets a flag; ``check()`` raises at the next step boundary, where
+    the bookkeeping is whole. Elsewhere (a run's background thread) signals never arrive anyway.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handler(self, signum, frame) -> None:
+        self.requested = True
+
+    def __enter__(self) -> "_StepBoundaryInterrupts":
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous not in (signal.SIG_IGN, signal.SIG_DFL, None):
+                self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def check(self) -> None:
+        if self.requested:
+            self.requested = False
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if exc[0] is None:
+            self.check()  # it came during the last step: the rollout is dropped, as it would be
 
 
 class _PolicyMemory:
@@ -358,16 +395,18 @@ class SerialSampler(_SteppingLoop):
         a = self.buffers.arrays
         env_s = inference_s = 0.0
         start = time.perf_counter()
-        for t in range(self.horizon):
-            t0 = time.perf_counter()
-            self._infer(policy, t, 0, self.num_envs)
-            t1 = time.perf_counter()
-            workers._write_step(a, t, slice(None), self.env.step(a["actions"][t]))
-            self.buffers.latest_row[:] = t + 1
-            t2 = time.perf_counter()
-            self._bootstrap_truncated(policy, t, 0, self.num_envs)
-            inference_s += (t1 - t0) + (time.perf_counter() - t2)
-            env_s += t2 - t1
+        with _StepBoundaryInterrupts() as interrupts:
+            for t in range(self.horizon):
+                interrupts.check()
+                t0 = time.perf_counter()
+                self._infer(policy, t, 0, self.num_envs)
+                t1 = time.perf_counter()
+                workers._write_step(a, t, slice(None), self.env.step(a["actions"][t]))
+                self.buffers.latest_row[:] = t + 1
+                t2 = time.perf_counter()
+                self._bootstrap_truncated(policy, t, 0, self.num_envs)
+                inference_s += (t1 - t0) + (time.perf_counter() - t2)
+                env_s += t2 - t1
         total = time.perf_counter() - start
         timings = {"env": env_s, "inference": inference_s, "wait": 0.0, "total": total}
         return self.buffers.rollout(self._outputs, timings)
@@ -414,6 +453,7 @@ class _WorkerSampler(_SteppingLoop):
         self._check_workers(num_envs, num_workers, horizon)
         self.num_workers = num_workers
         self._pending: dict[int, int] = {}  # worker index -> the step it was sent and has not answered
+        self._interrupts = _StepBoundaryInterrupts()
         self._pool: workers.WorkerPool | None = None
         self._start()
 
@@ -473,7 +513,8 @@ class _WorkerSampler(_SteppingLoop):
             self._drain()
         policy = self._prepare(policy)
         try:
-            return self._collect(policy)
+            with _StepBoundaryInterrupts() as self._interrupts:
+                return self._collect(policy)
         except KeyboardInterrupt:
             self._drain()
             raise
@@ -526,6 +567,7 @@ class BatchedSampler(_WorkerSampler):
         env_s = inference_s = wait_s = 0.0
         start = time.perf_counter()
         for t in range(self.horizon):
+            self._interrupts.check()
             t0 = time.perf_counter()
             self._infer(policy, t, 0, self.num_envs)
             t1 = time.perf_counter()
@@ -609,6 +651,7 @@ class AlternatingSampler(_WorkerSampler):
 
         infer_and_send(0, 0)
         for t in range(self.horizon):
+            self._interrupts.check()  # group 0's step t is in flight and recorded: drain takes it
             infer_and_send(1, t)  # group 1 is computed while group 0 steps
             receive(0, t)
             if t + 1 < self.horizon:
@@ -709,15 +752,17 @@ class ParallelSampler(_Sampler):
         everyone = range(self.num_workers)
         start = time.perf_counter()
         try:
-            for index in everyone:
-                self._pool.send(index, workers.COLLECT, self.horizon)
-                self._pending.add(index)
-            env_s = inference_s = 0.0
-            for index in everyone:
-                worker_env, worker_inference = struct.unpack("<dd", self._pool.receive(index))
-                self._pending.discard(index)
-                env_s += worker_env / self.num_workers
-                inference_s += worker_inference / self.num_workers
+            # Workers run the whole collect on their own: an interrupt takes effect once they end.
+            with _StepBoundaryInterrupts():
+                for index in everyone:
+                    self._pool.send(index, workers.COLLECT, self.horizon)
+                    self._pending.add(index)
+                env_s = inference_s = 0.0
+                for index in everyone:
+                    worker_env, worker_inference = struct.unpack("<dd", self._pool.receive(index))
+                    self._pending.discard(index)
+                    env_s += worker_env / self.num_workers
+                    inference_s += worker_inference / self.num_workers
         except KeyboardInterrupt:
             self._drain()
             raise

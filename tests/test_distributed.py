@@ -38,6 +38,7 @@ from workbench.distributed import DataParallelLearner
 from workbench.models import ActorCritic
 from workbench.rollout import Rollout
 from workbench.samplers import SerialSampler
+from processes import running, wait_gone
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -89,23 +90,8 @@ def assert_same_metrics(single: dict[str, float], parallel: dict[str, float]) ->
         assert parallel[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
-def running(pids: list[int]) -> list[int]:
-    """The pids that still run (neither gone nor a zombie)."""
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
-def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (alive := running(pids)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
 
 
 def pair(algo_cls, config, model: ActorCritic) -> tuple[A2C | PPO, DataParallelLearner]:

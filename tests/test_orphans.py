@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processes import running, wait_gone
 
 HOLDER = Path(__file__).parent / "scripts" / "hold_sampler.py"
 SHM = Path("/dev/shm")
@@ -27,23 +28,8 @@ GONE_WITHIN = 5.0  # seconds
 START_WITHIN = 120.0  # seconds for the holder to start its samplers (2 slow cores, shared)
 
 
-def running(pids: list[int]) -> list[int]:
-    """The pids that still run (neither gone nor a zombie)."""
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
-def wait_gone(pids: list[int], timeout: float = GONE_WITHIN) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (alive := running(pids)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
 
 
 def shm_paths_in_use(pids: list[int]) -> set[str]:
@@ -126,7 +112,7 @@ class Holder:
         self.process.wait(10)
 
     def assert_nothing_left(self) -> None:
-        left = wait_gone(self.descendants)
+        left = wait_gone(self.descendants, GONE_WITHIN)
         assert left == [], f"processes outlived their parent: {describe(left)}"
         # Shared memory: what the processes used was unlinked, and nothing new names them.
         still_there = sorted(p.removesuffix(" (deleted)") for p in self.shm_in_use if not p.endswith(" (deleted)"))

@@ -21,6 +21,7 @@ from torch import nn
 
 from workbench.models import ActorCritic
 from workbench.samplers import make_sampler
+from processes import wait_gone
 
 CARTPOLE = "CartPole-v1"
 PONG = "ALE/Pong-v5"
@@ -111,20 +112,6 @@ def cartpole_policy() -> DeterministicActorCritic:
     return DeterministicActorCritic((4,), 2)
 
 
-def wait_gone(pids: list[int], timeout: float) -> list[int]:
-    """The pids still running (not gone, not zombie) after waiting up to ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
 
 
 def run_bounded(fn, timeout: float = HANG_LIMIT):

@@ -1,0 +1,27 @@
+"""Helpers for the tests that check no process outlives its owner."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+def running(pids: list[int]) -> list[int]:
+    """The pids that still run (neither gone nor a zombie)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """The pids still running after waiting up to ``timeout`` seconds for them to end."""
+    deadline = time.monotonic() + timeout
+    while (alive := running(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive

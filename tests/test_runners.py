@@ -1,0 +1,535 @@
+"""Specifications for ``workbench.runners.Run``: the loop that owns metrics, checkpoints, settings.
+
+Tiny CartPole runs (T=16, B=4: 64 env steps per iteration, well under a second for a few
+iterations), mostly with the serial sampler; one with a BatchedSampler's two worker processes,
+whose end is checked with psutil. One learning check: PPO through Run solves CartPole as
+``train()`` does (tests/test_pg.py's settings).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from workbench import samplers
+from workbench.algos import PPO, PPOConfig
+from workbench.control import RunSettings
+from workbench.models import ActorCritic
+from workbench.runners import Run, RunConfig, load_metrics, move_optimizer_state
+
+CARTPOLE = "CartPole-v1"
+STEPS = 64  # T * B of small_settings()
+ROW_KEYS = {
+    "charts/env_steps",
+    "charts/iteration",
+    "charts/wall_seconds",
+    "charts/steps_per_second",
+    "charts/episodes",
+    "charts/policy_lag",
+    "time/env",
+    "time/inference",
+    "time/wait",
+    "time/learn",
+    "time/iteration",
+    "losses/policy",  # the algorithm's own metrics come along
+    "charts/learning_rate",
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_algo(seed: int = 0, **config) -> PPO:
+    torch.manual_seed(seed)
+    return PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2, **config), seed=seed)
+
+
+def small_settings(**values) -> RunSettings:
+    """B=4 envs x T=16 steps, 2 minibatches of 32."""
+    return RunSettings(**{"num_actors": 1, "num_envs": 4, "horizon": 16, "minibatch_size": 32, **values})
+
+
+def make_run(tmp_path, *, iterations: int = 4, algo=None, settings=None, sampler="serial",
+             sampler_options=None, **config) -> Run:
+    config = RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path), name="test", **config)
+    return Run(CARTPOLE, algo or make_algo(), sampler=sampler, settings=settings or small_settings(),
+               config=config, sampler_options=sampler_options)
+
+
+def wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def iteration_rows(run: Run) -> list[dict]:
+    return [row for row in run.metrics if "event" not in row]
+
+
+def events(run: Run) -> list[dict]:
+    return [row for row in run.metrics if "event" in row]
+
+
+def parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def collector_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "run-collector"]
+
+
+# --- metrics file -------------------------------------------------------------------------------
+
+
+def test_a_sync_run_writes_a_header_then_one_row_per_iteration(tmp_path):
+    run = make_run(tmp_path, iterations=5).run()
+    assert run.status == "finished" and run.iteration == 5 and run.env_steps == 5 * STEPS
+
+    headers, rows = load_metrics(run.dir)
+    assert len(headers) == 1 and len(rows) == 5
+    first_line = run.metrics_path.read_text().splitlines()[0]
+    assert '"type": "header"' in first_line
+    header = headers[0]
+    assert header["env_id"] == CARTPOLE and header["algo"] == "workbench.algos.pg.PPO"
+    assert header["algo_config"]["num_epochs"] == 2
+    assert header["config"]["total_steps"] == 5 * STEPS and header["config"]["name"] == "test"
+    assert header["settings"]["num_envs"] == 4
+    assert header["git_commit"] and header["date"] and header["machine"]["cores"] >= 1
+
+    for i, row in enumerate(rows, start=1):
+        assert set(row) >= ROW_KEYS, ROW_KEYS - set(row)
+        assert row["charts/iteration"] == i and row["charts/env_steps"] == i * STEPS
+        assert row["charts/policy_lag"] == 0
+        if row["charts/episodes"]:
+            assert row["charts/episode_return"] > 0
+        else:
+            assert "charts/episode_return" not in row
+    assert any("charts/episode_return" in row for row in rows)
+    assert [r["charts/env_steps"] for r in iteration_rows(run)] == [r["charts/env_steps"] for r in rows]
+    assert run.checkpoint_path.is_file()  # written when the run finished
+
+    with pytest.raises(FileExistsError, match="from_checkpoint"):
+        make_run(tmp_path).run()  # the same name again: never mixed into that run's file
+
+
+def test_callback_errors_are_reported_and_not_fatal(tmp_path):
+    seen = []
+    run = make_run(tmp_path, iterations=3)
+    run.on_iteration(seen.append)
+
+    @run.on_iteration
+    def broken(row):
+        raise KeyError("widget bug")
+
+    run.run()
+    assert run.status == "finished" and len(seen) == 3
+    assert len(run.callback_errors) == 3 and "widget bug" in run.callback_errors[0]
+
+
+# --- life cycle: stop, pause, failure, interrupt ------------------------------------------------
+
+
+def test_stop_from_another_thread_ends_cleanly_and_the_workers_are_gone(tmp_path):
+    run = make_run(
+        tmp_path,
+        iterations=100_000,
+        sampler="batched",
+        settings=small_settings(num_actors=2),
+        sampler_options={"device": "cpu"},
+    )
+    run.start()
+    assert run.status == "running"
+    wait_until(lambda: run.iteration >= 2)
+    pids = run.sampler.worker_pids
+    assert len(pids) == 2 and alive(pids) == pids
+
+    stopper = threading.Thread(target=run.stop)
+    stopper.start()
+    stopper.join(60)
+    assert run.wait(timeout=60) == "stopped" and run.error is None
+    checkpoint = torch.load(run.checkpoint_path, weights_only=True)
+    assert checkpoint["iteration"] == run.iteration and checkpoint["env_steps"] == run.env_steps
+    assert len(iteration_rows(run)) == run.iteration
+    wait_until(lambda: alive(pids) == [], timeout=10)
+
+
+def test_pause_stops_progress_and_resume_restarts_it(tmp_path):
+    run = make_run(tmp_path, iterations=100_000).start()
+    try:
+        wait_until(lambda: run.iteration >= 1)
+        assert run.pause() == "paused"
+        paused_at = run.iteration
+        time.sleep(0.5)
+        assert run.iteration == paused_at and run.status == "paused"
+        run.resume()
+        wait_until(lambda: run.iteration >= paused_at + 2)
+        assert run.status == "running"
+    finally:
+        assert run.stop() == "stopped"
+
+
+@pytest.fixture
+def closed_samplers(monkeypatch) -> list:
+    """Samplers the run made, appended when the run closes them."""
+    closed = []
+    make_sampler = samplers.make_sampler
+
+    def spy(*args, **kwargs):
+        sampler = make_sampler(*args, **kwargs)
+        close = sampler.close
+        sampler.close = lambda: (closed.append(sampler), close())
+        return sampler
+
+    monkeypatch.setattr(samplers, "make_sampler", spy)
+    return closed
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(tmp_path, closed_samplers, mode):
+    class Exploding:
+        def __init__(self) -> None:
+            self.inner = make_algo()
+            self.model = self.inner.model
+
+        def update(self, rollout):
+            if self.inner.num_updates == 2:
+                raise RuntimeError("boom in update")
+            return self.inner.update(rollout)
+
+        def state_dict(self):
+            return self.inner.state_dict()
+
+        def load_state_dict(self, state):
+            self.inner.load_state_dict(state)
+
+    run = make_run(tmp_path, iterations=10, algo=Exploding(), mode=mode).start()
+    with pytest.raises(RuntimeError, match="boom in update"):
+        run.wait(timeout=60)
+    assert run.status == "failed" and isinstance(run.error, RuntimeError)
+    assert "boom in update" in run.error_traceback and "in update" in run.error_traceback
+    assert run.iteration == 2 and len(iteration_rows(run)) == 2
+    assert closed_samplers == [run.sampler] and collector_threads() == []
+    assert not run.checkpoint_path.exists()  # a failed update's state is not saved over a good one
+
+
+def test_a_failing_collector_thread_fails_an_async_run(tmp_path, closed_samplers):
+    run = make_run(tmp_path, iterations=10, mode="async")
+
+    @run.on_iteration
+    def break_the_sampler(row):  # the collector's next collect raises, in the collector thread
+        if row.get("charts/iteration") == 2:
+            run.sampler.collect = lambda policy: 1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        run.run()
+    assert run.status == "failed" and "ZeroDivisionError" in run.error_traceback
+    assert closed_samplers == [run.sampler] and collector_threads() == []
+    assert run.iteration in (2, 3)  # the batch already collected may still be learned from
+
+
+def test_wait_turns_a_keyboard_interrupt_into_a_clean_stop(tmp_path):
+    run = make_run(tmp_path, iterations=100_000)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def interrupt_when_running():
+        wait_until(lambda: run.iteration >= 2)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    try:
+        run.start()
+        threading.Thread(target=interrupt_when_running, daemon=True).start()
+        status = run.wait(timeout=60)  # the cell: returns normally
+    except KeyboardInterrupt:
+        pytest.fail("wait() let the KeyboardInterrupt through")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        run.stop()
+    assert status == "stopped" and run.error is None
+    assert run.checkpoint_path.is_file() and len(iteration_rows(run)) == run.iteration >= 2
+
+
+def test_run_in_the_main_thread_stops_cleanly_on_ctrl_c(tmp_path):
+    run = make_run(tmp_path, iterations=100_000)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(
+        target=lambda: (
+            wait_until(lambda: run.iteration >= 2),
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT),
+        ),
+        daemon=True,
+    ).start()
+    try:
+        run.run()
+    except KeyboardInterrupt:
+        pytest.fail("run() let the first KeyboardInterrupt through")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert run.status == "stopped" and run.checkpoint_path.is_file()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+EXIT_SCRIPT = """
+import sys, time
+from workbench.algos import PPO
+from workbench.control import RunSettings
+from workbench.models import ActorCritic
+from workbench.runners import Run, RunConfig
+
+run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit"),
+          settings=RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=16))
+run.start()
+while run.iteration < 3:
+    time.sleep(0.01)
+print("leaving with the run going", flush=True)
+"""
+
+
+def test_interpreter_exit_stops_a_live_run_and_keeps_its_checkpoint(tmp_path):
+    """A kernel restart ends the interpreter: the atexit hook stops the run (daemon thread) cleanly."""
+    done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "leaving" in done.stdout, done.stderr
+    checkpoint = torch.load(tmp_path / "exit" / "checkpoint.pt", weights_only=True)
+    _, rows = load_metrics(tmp_path / "exit")
+    assert checkpoint["iteration"] == len(rows) >= 3
+
+
+# --- live settings ------------------------------------------------------------------------------
+
+
+def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_path):
+    run = make_run(tmp_path, iterations=100_000)
+
+    @run.on_iteration
+    def change(row):
+        if row.get("charts/iteration") == 2:  # from the loop thread, as a widget would, mid-run
+            run.update_settings(num_envs=8, minibatch_size=128)
+        if row.get("charts/iteration") == 4:
+            run.stop(wait=False)
+
+    run.run()
+    rows = iteration_rows(run)
+    assert [r["charts/num_envs"] for r in rows] == [4, 4, 8, 8]
+    assert [r["charts/env_steps"] for r in rows] == [64, 128, 256, 384]
+    (event,) = events(run)
+    assert event == {
+        "event": "settings",
+        "iteration": 2,
+        "env_steps": 128,
+        "old": {"num_envs": 4, "minibatch_size": 32},
+        "new": {"num_envs": 8, "minibatch_size": 128},
+    }
+    assert run.metrics.index(event) == 2  # between iteration rows 2 and 3
+    assert run.algo.config.num_minibatches == 1  # 8 * 16 // 128
+    assert run.algo.num_gradient_steps == 2 * (2 * 2) + 2 * (2 * 1)  # epochs x minibatches
+    assert run.sampler.num_envs == 8
+
+
+def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_path):
+    run = make_run(tmp_path, iterations=4)
+    raised = []
+
+    @run.on_iteration
+    def bad_updates(row):
+        if row.get("charts/iteration") == 1:
+            for values in ({"num_envs": 0}, {"minibatch_size": 30}, {"num_actors": 5}, {"actors": 2}):
+                try:
+                    run.update_settings(**values)
+                except ValueError as error:
+                    raised.append(str(error))
+
+    run.run()
+    assert len(raised) == 4
+    assert run.status == "finished" and events(run) == []
+    assert [r["charts/num_envs"] for r in iteration_rows(run)] == [4] * 4
+    assert run.settings.current == small_settings().current
+    assert run.algo.config.num_minibatches == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_learner_devices_that_cannot_work_are_refused(tmp_path):
+    run = make_run(tmp_path, iterations=3)
+    with pytest.raises(ValueError, match="GPU"):
+        run.update_settings(learner_devices=["cuda"])
+    with pytest.raises(NotImplementedError, match="workbench.distributed"):
+        run.update_settings(learner_devices=["cpu:0", "cpu:1"])
+    with pytest.raises(ValueError, match="GPU"):
+        Run(CARTPOLE, make_algo(), settings=small_settings(learner_devices=("cuda",)),
+            config=RunConfig(runs_dir=str(tmp_path)))
+
+    @run.on_iteration
+    def bypass(row):  # a write straight to RunSettings skips Run's checks: the loop refuses it
+        if row.get("charts/iteration") == 1:
+            run.settings.update(learner_devices=("cuda",))
+
+    run.run()
+    assert run.status == "finished" and run.iteration == 3
+    (event,) = events(run)
+    assert event["event"] == "settings_refused" and event["iteration"] == 1 and "GPU" in event["error"]
+    assert run.settings.current.learner_devices == ("cpu",) == run.settings.applied.learner_devices
+    assert next(run.algo.model.parameters()).device.type == "cpu"
+
+
+def test_several_learner_devices_go_to_the_learner_factory(tmp_path):
+    made = []
+
+    class FakeDataParallel:  # stands in for workbench.distributed's learner
+        def __init__(self, algo, devices):
+            self.algo, self.devices, self.updates, self.closed = algo, devices, 0, False
+            made.append(self)
+
+        def update(self, rollout):
+            self.updates += 1
+            return self.algo.update(rollout)
+
+        def close(self):
+            self.closed = True
+
+    def make(name: str) -> Run:
+        settings = small_settings(learner_devices=("cpu:0", "cpu:1"))
+        return Run(CARTPOLE, make_algo(), settings=settings, learner_factory=FakeDataParallel,
+                   config=RunConfig(total_steps=4 * STEPS, runs_dir=str(tmp_path), name=name))
+
+    make("two").run()
+    assert made[0].devices == ("cpu:0", "cpu:1") and made[0].updates == 4
+    assert made[0].closed  # with the loop: no learner process outlives the run
+
+    run = make("back-to-one")
+
+    @run.on_iteration
+    def back_to_one(row):
+        if row.get("charts/iteration") == 2:
+            run.update_settings(learner_devices=["cpu"])
+
+    run.run()
+    assert made[1].updates == 2 and made[1].closed
+    assert run.learner is run.algo and run.algo.num_updates == 4
+
+
+def test_move_optimizer_state_moves_moments_and_keeps_step_where_torch_does():
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    model.to("meta")
+    move_optimizer_state(optimizer, "meta")
+    for state in optimizer.state.values():
+        assert state["exp_avg"].device.type == "meta" and state["exp_avg_sq"].device.type == "meta"
+        assert state["step"].device.type == "cpu"  # not capturable: torch keeps step on the CPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_moving_the_learner_to_cuda_mid_run_moves_model_and_optimizer_state(tmp_path):
+    run = make_run(tmp_path, iterations=4)
+
+    @run.on_iteration
+    def to_gpu(row):
+        if row.get("charts/iteration") == 2:
+            run.update_settings(learner_devices=["cuda"])
+
+    run.run()
+    assert run.status == "finished" and events(run)[0]["new"] == {"learner_devices": ("cuda",)}
+    assert next(run.algo.model.parameters()).device.type == "cuda"
+    for state in run.algo.optimizer.state.values():
+        assert state["exp_avg"].device.type == "cuda"
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def test_resume_from_a_checkpoint_restores_parameters_and_continues_env_steps(tmp_path):
+    first = make_run(tmp_path, iterations=3).run()
+    saved = parameters(first.algo.model)
+    saved_optimizer = first.algo.optimizer.state_dict()["state"]
+
+    resumed = Run.from_checkpoint(first.dir, make_algo(seed=1))  # other initial weights
+    assert resumed.iteration == 3 and resumed.env_steps == 3 * STEPS
+    assert all(torch.equal(a, b) for a, b in zip(saved, parameters(resumed.algo.model)))
+    restored_optimizer = resumed.algo.optimizer.state_dict()["state"]
+    assert all(torch.equal(saved_optimizer[k]["exp_avg"], restored_optimizer[k]["exp_avg"]) for k in saved_optimizer)
+    assert len(resumed.metrics) == 3  # the earlier rows, for plots
+
+    resumed.config.total_steps = 5 * STEPS
+    resumed.run()
+    assert resumed.status == "finished" and resumed.env_steps == 5 * STEPS
+    headers, rows = load_metrics(first.dir)  # the same file, appended
+    assert len(headers) == 2 and headers[1]["resumed_from"] == str(first.dir)
+    assert headers[1]["iteration"] == 3 and headers[1]["env_steps"] == 3 * STEPS
+    assert [r["charts/env_steps"] for r in rows] == [64, 128, 192, 256, 320]
+    assert rows[3]["charts/wall_seconds"] >= rows[2]["charts/wall_seconds"]
+
+
+# --- async --------------------------------------------------------------------------------------
+
+
+def test_async_mode_collects_one_update_behind_and_stops_cleanly(tmp_path):
+    run = make_run(tmp_path, iterations=100_000, mode="async").start()
+    wait_until(lambda: run.iteration >= 6)
+    assert len(collector_threads()) == 1
+    assert run.stop() == "stopped" and run.error is None
+    lags = [r["charts/policy_lag"] for r in iteration_rows(run)]
+    assert lags[0] == 0 and set(lags[1:]) == {1}, lags
+    assert collector_threads() == [] and run.checkpoint_path.is_file()
+    assert [r["charts/env_steps"] for r in iteration_rows(run)][-1] == run.env_steps
+
+
+# --- learning -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ppo_through_run_solves_cartpole(tmp_path):
+    """The settings of tests/test_pg.py::test_ppo_solves_cartpole (seed 0: 475 at ~21k steps)."""
+    torch.manual_seed(0)
+    config = PPOConfig(  # rl-baselines3-zoo's CartPole settings, on a shared trunk
+        learning_rate=1e-3,
+        gamma=0.98,
+        gae_lambda=0.8,
+        num_epochs=20,
+        num_minibatches=1,
+        entropy_coef=0.0,
+        value_coef=0.05,
+        clip_value_loss=False,
+        max_grad_norm=None,
+    )
+    algo = PPO(ActorCritic((4,), 2), config, seed=0)
+    settings = RunSettings(num_actors=1, num_envs=8, horizon=32, minibatch_size=256)  # 1 minibatch
+    run = Run(CARTPOLE, algo, settings=settings,
+              config=RunConfig(total_steps=100_000, runs_dir=str(tmp_path), name="ppo"))
+    returns: list[float] = []
+    solved_at = []
+
+    @run.on_iteration
+    def watch(row):  # mean over (at least) the last 20 episodes, from the per-iteration means
+        if "charts/episode_return" in row:
+            returns.extend([row["charts/episode_return"]] * row["charts/episodes"])
+        if len(returns) >= 20 and sum(returns[-20:]) / 20 >= 475 and not solved_at:
+            solved_at.append(row["charts/env_steps"])
+            run.stop(wait=False)
+
+    run.run()
+    assert solved_at and solved_at[0] <= 100_000, iteration_rows(run)[-3:]
+    assert run.status == "stopped" and math.isfinite(run.metrics[-1]["losses/value"])

@@ -533,3 +533,32 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
     run.run()
     assert solved_at and solved_at[0] <= 100_000, iteration_rows(run)[-3:]
     assert run.status == "stopped" and math.isfinite(run.metrics[-1]["losses/value"])
+
+
+def test_a_run_switches_to_two_gloo_learners_and_back_keeping_its_state(tmp_path):
+    """The device picker's "2 learners" on CPU: the data-parallel group forms from the algorithm's
+    state at the boundary, trains, and hands its state back when the run returns to one learner."""
+    from workbench.distributed import RunLearner
+
+    settings = small_settings(learner_devices=("cpu",))
+    run = Run(CARTPOLE, make_algo(), settings=settings, learner_factory=RunLearner,
+              config=RunConfig(total_steps=6 * STEPS, runs_dir=str(tmp_path), name="ddp"))
+    snapshots = {}
+
+    @run.on_iteration
+    def steer(row):
+        iteration = row.get("charts/iteration")
+        if iteration == 2:
+            run.update_settings(learner_devices=["cpu:0", "cpu:1"])
+        if iteration == 4:
+            snapshots["group"] = [p.detach().clone() for p in run.learner.model.parameters()]
+            run.update_settings(learner_devices=["cpu"])
+
+    run.run()
+    assert run.status == "finished" and run.error is None
+    changes = [e["new"]["learner_devices"] for e in events(run) if e.get("event") == "settings"]
+    assert changes == [["cpu:0", "cpu:1"], ["cpu"]] or changes == [("cpu:0", "cpu:1"), ("cpu",)]
+    assert run.learner is run.algo and run.algo.num_updates == 6
+    # What the group learned came back: the single learner continued from its parameters.
+    assert any(not torch.equal(a, b) for a, b in zip(snapshots["group"], run.algo.model.parameters()))
+    assert len(iteration_rows(run)) == 6

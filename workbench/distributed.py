@@ -52,6 +52,7 @@ import signal
 import socket
 import sys
 import time
+import functools
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -881,3 +882,28 @@ class DataParallelLearner:
             self._buffers[k].copy_(v.reshape(T, n, B // n, *v.shape[2:]).transpose(0, 1))
         next_obs = rollout.next_obs
         self._buffers["next_obs"].copy_(next_obs.reshape(n, B // n, *next_obs.shape[1:]))
+
+
+class RunLearner(DataParallelLearner):
+    """``Run``'s ``learner_factory``: DDP learners that start from ``algo`` and hand it back.
+
+    ``Run(..., learner_factory=RunLearner)`` forms the data-parallel group when the learner devices
+    become several, starting from the algorithm's whole state (parameters, optimizer moments,
+    counters); when they become one again, ``close()`` loads the group's state back into the
+    algorithm, so the run continues on one learner where the group left off. The model object is
+    shared: the caller's ``algo.model`` holds rank 0's parameters after every update.
+    """
+
+    def __init__(self, algo: Any, devices: Sequence[str]) -> None:
+        super().__init__(functools.partial(type(algo), algo.model, algo.config), devices)
+        self.load_state_dict(algo.state_dict())
+        self._algo_to_return = algo
+
+    def close(self) -> None:
+        algo, self._algo_to_return = getattr(self, "_algo_to_return", None), None
+        if algo is not None:
+            try:
+                algo.load_state_dict(self.state_dict())
+            except RuntimeError:  # a learner died: the algorithm keeps its last parameters
+                pass
+        super().close()

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import os
-import shlex
-import subprocess
 import sys
 import time
+
+import record  # this folder is sys.path[0] when the script runs
 
 # Idle OpenMP threads must sleep, not spin on the cores the env workers need (NOTES.md).
 # libgomp reads this when torch loads, so it is set before anything imports torch.
@@ -82,22 +80,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1.")
     return args
-
-
-def git_commit() -> str:
-    """``git rev-parse HEAD``, plus ``-dirty`` when the working tree has changes ("unknown" if no git)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")  # read-only: never take the index lock
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, env=env, capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("-dirty" if status.strip() else "")
 
 
 # --- the table ------------------------------------------------------------------------------------
@@ -229,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = machine.cores
     started = time.perf_counter()
     report = {
-        "benchmark": "sampler_throughput",
-        "command": shlex.join([sys.executable, *sys.argv]),
-        "git_commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **record.provenance("sampler_throughput"),
         "budget_seconds": args.seconds,
         "repeats": args.repeats,
         "workbench_budget": budget_name(),
@@ -262,11 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     report["wall_seconds"] = time.perf_counter() - started
 
-    out = os.path.abspath(args.out)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
+    record.write(report, args.out)
     print(f"\nwrote {args.out} ({report['wall_seconds']:.0f} s)")
     for game in order:
         ratios = report["games"][game]["ratios"]

@@ -29,6 +29,7 @@ from workbench.algos.pg import (
 from workbench.models import ActorCritic
 from workbench.rollout import Rollout
 from workbench.samplers import SerialSampler
+from workbench.recipes import RECIPES
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -296,38 +297,12 @@ def one_thread():
 
 
 @pytest.mark.slow
-def test_ppo_solves_cartpole(one_thread):
-    seed = 0
-    torch.manual_seed(seed)
-    with SerialSampler("CartPole-v1", num_envs=8, horizon=32, seed=seed) as sampler:
-        model = ActorCritic(sampler.observation_space.shape, sampler.action_space.n)
-        config = PPOConfig(  # rl-baselines3-zoo's CartPole settings, on a shared trunk
-            learning_rate=1e-3,
-            gamma=0.98,
-            gae_lambda=0.8,
-            num_epochs=20,
-            num_minibatches=1,
-            entropy_coef=0.0,
-            value_coef=0.05,
-            clip_value_loss=False,
-            max_grad_norm=None,
-        )
-        result = train(PPO(model, config, seed=seed), sampler, 100_000, target_return=475.0)
+@pytest.mark.parametrize("name", ["ppo-cartpole", "a2c-cartpole"])
+def test_recipe_reaches_its_target_within_its_budget(one_thread, name):
+    """PPO: mean return >= 475 within 100k steps; A2C: >= 400 within 200k (workbench.recipes).
+    One seed here; benchmarks/learning.py checks three."""
+    recipe = RECIPES[name]
+    result = recipe.run(seed=0)
     assert result["steps_to_target"] is not None, result["history"][-5:]
-    assert result["steps_to_target"] <= 100_000
+    assert result["steps_to_target"] <= recipe.total_steps
 
-
-@pytest.mark.slow
-def test_a2c_learns_cartpole(one_thread):
-    seed = 0
-    torch.manual_seed(seed)
-    with SerialSampler("CartPole-v1", num_envs=8, horizon=5, seed=seed) as sampler:
-        model = ActorCritic(sampler.observation_space.shape, sampler.action_space.n)
-        config = A2CConfig(  # RMSProp 7e-4, n-step returns (lambda = 1), n = 5
-            entropy_coef=0.0,
-            value_coef=0.05,
-            max_grad_norm=None,
-        )
-        result = train(A2C(model, config), sampler, 200_000, target_return=400.0)
-    assert result["steps_to_target"] is not None, result["history"][-5:]
-    assert result["steps_to_target"] <= 200_000

@@ -9,6 +9,7 @@ whose end is checked with psutil. One learning check: PPO through Run solves Car
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from workbench.algos import PPO, PPOConfig
 from workbench.control import RunSettings
 from workbench.models import ActorCritic
 from workbench.runners import Run, RunConfig, load_metrics, move_optimizer_state
+from workbench.recipes import RECIPES
 
 CARTPOLE = "CartPole-v1"
 STEPS = 64  # T * B of small_settings()
@@ -502,23 +504,14 @@ def test_async_mode_collects_one_update_behind_and_stops_cleanly(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_through_run_solves_cartpole(tmp_path):
-    """The settings of tests/test_pg.py::test_ppo_solves_cartpole (seed 0: 475 at ~21k steps)."""
+    """The recipe of tests/test_pg.py::test_ppo_solves_cartpole (seed 0: 475 at ~21k steps)."""
+    recipe = RECIPES["ppo-cartpole"]
     torch.manual_seed(0)
-    config = PPOConfig(  # rl-baselines3-zoo's CartPole settings, on a shared trunk
-        learning_rate=1e-3,
-        gamma=0.98,
-        gae_lambda=0.8,
-        num_epochs=20,
-        num_minibatches=1,
-        entropy_coef=0.0,
-        value_coef=0.05,
-        clip_value_loss=False,
-        max_grad_norm=None,
-    )
-    algo = PPO(ActorCritic((4,), 2), config, seed=0)
-    settings = RunSettings(num_actors=1, num_envs=8, horizon=32, minibatch_size=256)  # 1 minibatch
+    algo = PPO(ActorCritic((4,), 2), replace(recipe.config), seed=0)
+    settings = RunSettings(num_actors=1, num_envs=recipe.num_envs, horizon=recipe.horizon,
+                           minibatch_size=recipe.num_envs * recipe.horizon)  # 1 minibatch
     run = Run(CARTPOLE, algo, settings=settings,
-              config=RunConfig(total_steps=100_000, runs_dir=str(tmp_path), name="ppo"))
+              config=RunConfig(total_steps=recipe.total_steps, runs_dir=str(tmp_path), name="ppo"))
     returns: list[float] = []
     solved_at = []
 
@@ -526,12 +519,12 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
     def watch(row):  # mean over (at least) the last 20 episodes, from the per-iteration means
         if "charts/episode_return" in row:
             returns.extend([row["charts/episode_return"]] * row["charts/episodes"])
-        if len(returns) >= 20 and sum(returns[-20:]) / 20 >= 475 and not solved_at:
+        if len(returns) >= 20 and sum(returns[-20:]) / 20 >= recipe.target_return and not solved_at:
             solved_at.append(row["charts/env_steps"])
             run.stop(wait=False)
 
     run.run()
-    assert solved_at and solved_at[0] <= 100_000, iteration_rows(run)[-3:]
+    assert solved_at and solved_at[0] <= recipe.total_steps, iteration_rows(run)[-3:]
     assert run.status == "stopped" and math.isfinite(run.metrics[-1]["losses/value"])
 
 

@@ -72,6 +72,7 @@ from workbench.algos.pg import (
 from workbench.algos.returns import gae_from_rollout
 from workbench.rollout import Rollout
 from workbench.system import resolve_device, usable_cores
+from workbench import workers
 from workbench.workers import die_with_parent
 
 __all__ = ["DataParallelLearner", "LEARNER_TIMEOUT"]
@@ -720,19 +721,7 @@ class DataParallelLearner:
 
     @staticmethod
     def _terminate(processes, connections, grace: float = 3.0) -> None:
-        for connection in connections:
-            try:
-                connection.send(("close", 0, None))
-            except (BrokenPipeError, OSError):
-                pass
-        deadline = time.monotonic() + grace
-        for process in processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=2.0)
-        for connection in connections:
-            connection.close()
+        workers.end_processes(processes, connections, lambda c: c.send(("close", 0, None)), grace)
 
     def _fail(self, message: str) -> RuntimeError:
         """End every learner (the group cannot go on without one of them) and say why."""

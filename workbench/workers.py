@@ -210,6 +210,24 @@ def policy_worker(conn, spec: WorkerSpec, buffers: dict[str, SharedArray], polic
     _serve(conn, spec, buffers, handle)
 
 
+def end_processes(processes, connections, ask_to_close, grace: float = 3.0) -> None:
+    """Ask each process to close (``ask_to_close(connection)``), wait up to ``grace`` seconds in
+    all, kill what is still alive, and close the pipes. Shared by every pool of child processes."""
+    for connection in connections:
+        try:
+            ask_to_close(connection)
+        except (BrokenPipeError, OSError):
+            pass
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=2.0)
+    for connection in connections:
+        connection.close()
+
+
 class WorkerPool:
     """Worker processes, their pipes, and the parent's side of the protocol."""
 
@@ -276,19 +294,7 @@ class WorkerPool:
 
     @staticmethod
     def _terminate(processes, connections) -> None:
-        for connection in connections:
-            try:
-                connection.send_bytes(_COMMAND.pack(CLOSE, 0))
-            except (BrokenPipeError, OSError):
-                pass
-        deadline = time.monotonic() + 3.0
-        for process in processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=1.0)
-        for connection in connections:
-            connection.close()
+        end_processes(processes, connections, lambda c: c.send_bytes(_COMMAND.pack(CLOSE, 0)))
 
     def close(self) -> None:
         finalizer = getattr(self, "_finalizer", None)

@@ -29,6 +29,18 @@ class Budget:
     """Short measurements per figure; the best is kept (a busy machine only ever slows one)."""
     inference_batch_sizes: tuple[int, ...]
     """Batch sizes of the inference study (notebook 01)."""
+    live_steps: int
+    """Env steps of the live, steerable PPO CartPole run (notebooks 03-04)."""
+    batch_shapes: tuple[tuple[int, int], ...]
+    """``(B, T)`` of the PPO batch-size study (notebook 03); B x T is the batch."""
+    batch_study_steps: int
+    """Env steps per run of the PPO batch-size study."""
+    a2c_batch_shapes: tuple[tuple[int, int], ...]
+    """``(B, T)`` of the A2C batch-size study (notebook 03)."""
+    a2c_study_steps: int
+    """Env steps per run of the A2C batch-size study."""
+    async_iterations: int
+    """Iterations of PPO on Pong per mode in the sync-against-async comparison (notebook 04)."""
 
 
 _BUDGETS = {
@@ -41,6 +53,12 @@ _BUDGETS = {
         sampler_workers=2,
         repeats=3,
         inference_batch_sizes=(1, 8, 32),
+        live_steps=60_000,
+        batch_shapes=((8, 32), (32, 32), (128, 32)),
+        batch_study_steps=120_000,
+        a2c_batch_shapes=((8, 5), (32, 5), (128, 5)),
+        a2c_study_steps=60_000,
+        async_iterations=4,
     ),
     "full": Budget(
         name="full",
@@ -51,6 +69,12 @@ _BUDGETS = {
         sampler_workers=2,
         repeats=3,
         inference_batch_sizes=(1, 8, 32, 128),
+        live_steps=300_000,
+        batch_shapes=((8, 32), (32, 32), (128, 32), (512, 32)),
+        batch_study_steps=500_000,
+        a2c_batch_shapes=((8, 5), (32, 5), (128, 5), (512, 5)),
+        a2c_study_steps=400_000,
+        async_iterations=20,
     ),
 }
 

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 __all__ = [
     "STAGE_COLORS",
+    "learning_curves",
     "frame_and_stack",
     "throughput_vs",
     "throughput_bars",
@@ -240,4 +241,30 @@ def stage_breakdown(throughputs: Sequence, *, title: str | None = None) -> go.Fi
         )
     fig.update_layout(barmode="stack", title=title, height=400)
     fig.update_yaxes(title="share of wall-clock time", tickformat=".0%", range=[0, 1.02])
+    return fig
+
+
+#: A sequential palette for curves ordered by size (small batch: light; large: dark).
+SIZE_COLORS = ("#9ecae1", "#4292c6", "#2171b5", "#08519c", "#08306b", "#041c3f")
+
+
+def learning_curves(curves: Sequence, *, title: str | None = None, target: float | None = None) -> go.Figure:
+    """Return against env steps (left) and against wall time (right), one line per curve.
+
+    ``curves`` are :class:`workbench.experiments.LearningCurve` rows, ordered by size (their color
+    darkens with it); ``target`` draws a dashed line at that return on both panels.
+    """
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("against env steps", "against wall time"),
+                        horizontal_spacing=0.08)
+    for index, curve in enumerate(curves):
+        color = SIZE_COLORS[min(index, len(SIZE_COLORS) - 1)] if len(curves) > 1 else "#1f77b4"
+        for col, xs in ((1, curve.env_steps), (2, curve.wall_seconds)):
+            fig.add_trace(go.Scatter(x=xs, y=curve.returns, mode="lines", name=curve.label, legendgroup=curve.label,
+                                     showlegend=col == 1, line=dict(color=color, width=2)), row=1, col=col)
+    if target is not None:
+        fig.add_hline(y=target, line_dash="dash", line_color="#888", annotation_text=f"target {target:g}")
+    fig.update_xaxes(title_text="env steps", row=1, col=1)
+    fig.update_xaxes(title_text="wall seconds", row=1, col=2)
+    fig.update_yaxes(title_text="mean return, last 20 episodes", row=1, col=1)
+    fig.update_layout(title=title, height=380, margin=dict(l=60, r=20, t=60, b=50))
     return fig

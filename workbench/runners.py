@@ -95,8 +95,9 @@ class RunConfig:
     then one update old (``charts/policy_lag`` = 1)."""
     checkpoint_every: int = 0
     """Iterations between checkpoints; 0: only when the run stops or finishes."""
-    runs_dir: str = "runs"
-    """Folder that holds one folder per run: ``<runs_dir>/<name>/metrics.jsonl``, ``checkpoint.pt``."""
+    runs_dir: str = dataclasses.field(default_factory=lambda: os.environ.get("WORKBENCH_RUNS_DIR", "runs"))
+    """Folder that holds one folder per run: ``<runs_dir>/<name>/metrics.jsonl``, ``checkpoint.pt``.
+    Default: ``$WORKBENCH_RUNS_DIR``, else ``runs`` (relative to the working directory)."""
     name: str | None = None
     """The run's folder; None: the creation time and env id, e.g. ``2026-11-05_14-03-22_CartPole-v1``."""
     seed: int = 0

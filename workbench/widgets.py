@@ -4,11 +4,15 @@
 each measurement adds one bar. Its :meth:`SamplerPanel.measure` is also callable from code (so an
 executed notebook exercises it), and errors such as ``workers > envs`` show as a message in the
 panel, not as a traceback.
+
+:class:`RunPanel` steers a running :class:`workbench.runners.Run`: its controls write the run's
+settings, which the run applies at its next iteration boundary; its charts redraw as the run goes.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from typing import Any
 
 import ipywidgets as widgets
@@ -17,7 +21,7 @@ import plotly.graph_objects as go
 from workbench import budget as budget_module
 from workbench import samplers, throughput
 
-__all__ = ["SamplerPanel"]
+__all__ = ["SamplerPanel", "RunPanel", "learner_choices"]
 
 #: One color per sampler kind, the same in every chart of the course.
 SAMPLER_COLORS = {
@@ -185,3 +189,389 @@ class SamplerPanel:
         from IPython.display import display
 
         display(self.widget)
+
+
+# --------------------------------------------------------------------------------------------------
+# The run control panel
+
+#: Lines of the stage chart: metric key, label, color (the collect's stages as in plots.STAGE_COLORS).
+_STAGE_LINES = (
+    ("time/env", "env stepping", "#1f77b4"),
+    ("time/inference", "inference", "#ff7f0e"),
+    ("time/wait", "sampler waiting on workers", "#9467bd"),
+    ("time/learn", "learn (update)", "#2ca02c"),
+    ("time/batch_wait", "learner waiting for a batch", "#d62728"),
+)
+_PANEL_ENVS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_PANEL_HORIZONS = (8, 16, 32, 64, 128, 256, 512)
+_PANEL_MINIBATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def learner_choices(run: Any) -> dict[str, tuple[str, ...]]:
+    """The learner placements this machine offers ``run``: label -> ``learner_devices``.
+
+    One entry per device (``cpu``, ``cuda:0`` ...); with a data-parallel ``learner_factory``, also
+    "2 learners (gloo, cpu)" and, with two or more GPUs, "N GPUs (NCCL)".
+    """
+    from workbench import system
+
+    devices = system.available_devices()
+    choices = {device: (device,) for device in devices}
+    if run.learner_factory is not None:
+        choices["2 learners (gloo, cpu)"] = ("cpu:0", "cpu:1")
+        gpus = [device for device in devices if device.startswith("cuda")]
+        if len(gpus) >= 2:
+            choices[f"{len(gpus)} GPUs (NCCL)"] = tuple(gpus)
+    current = tuple(run.settings.current.learner_devices)
+    if current not in choices.values():  # whatever the run was given is always on the list
+        choices[", ".join(current)] = current
+    return choices
+
+
+class RunPanel:
+    """Watch a :class:`workbench.runners.Run` and steer it while it goes.
+
+    Sliders for the actors (worker processes), the envs ``B`` and horizon ``T`` (the batch is
+    ``B * T``) and the minibatches per update; a learner picker (this machine's devices, and two
+    gloo learners when the run has a ``learner_factory``); Start, Pause, Resume and Stop; a
+    progress bar and live charts: episode return against env steps and against wall time, steps/s,
+    and seconds per stage. A control writes the run's :class:`workbench.control.RunSettings`; the
+    run applies the change at its next iteration boundary and records it as an event, which the
+    charts mark with a dashed line. A change the run cannot make (actors > envs, a minibatch that
+    does not divide the batch, a device this machine lacks) shows as a message and the control
+    moves back.
+
+    The charts redraw from a background thread every ``refresh_seconds`` while the run is live, so
+    the cell that shows the panel returns at once and the kernel stays free for the widgets (a cell
+    that blocks, such as ``run.wait()``, also holds back the widgets' messages until it ends).
+
+    Args:
+        run: the run to steer (started with ``panel.start()`` or the Start button).
+        max_actors: the actors slider's end (default: 2x the run's actors, at least 4).
+        refresh_seconds: seconds between redraws.
+
+    Attributes:
+        widget: the whole panel (an ``ipywidgets.VBox``); the notebook shows it.
+        actors, envs, horizon, minibatches, learner: the controls.
+        return_figure, speed_figure, stage_figure: the live ``go.FigureWidget`` charts.
+        status, message: HTML lines: the run's state, and the last refusal or error.
+        events: the event rows drawn so far.
+    """
+
+    def __init__(self, run: Any, *, max_actors: int | None = None, refresh_seconds: float = 0.5) -> None:
+        import threading
+
+        self.run = run
+        self.refresh_seconds = refresh_seconds
+        self.events: list[dict] = []
+        self._drawn = 0  # rows of run.metrics already drawn
+        self._last_return: float | None = None
+        self._draw_lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._syncing = False  # True while the panel moves its own controls (no write back)
+        settings = run.settings.current
+        uses_workers = run.sampler_kind != "serial"
+
+        self.status = widgets.HTML()
+        self.status.add_class("workbench-status")
+        self.message = widgets.HTML()
+        self.message.add_class("workbench-message")
+        self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="progress",
+                                              layout=widgets.Layout(width="98%"))
+        self.progress.add_class("workbench-progress")
+
+        slider = dict(continuous_update=False, style={"description_width": "110px"})
+        self.actors = widgets.IntSlider(value=settings.num_actors, min=1,
+                                        max=max(max_actors or 2 * settings.num_actors, settings.num_actors, 4),
+                                        description="actors", disabled=not uses_workers,
+                                        tooltip=None if uses_workers else "the serial sampler has no workers",
+                                        **slider)
+        self.actors.add_class("workbench-actors")
+        self.envs = widgets.SelectionSlider(options=_with(settings.num_envs, _PANEL_ENVS),
+                                            value=settings.num_envs, description="envs (B)", **slider)
+        self.envs.add_class("workbench-envs")
+        self.horizon = widgets.SelectionSlider(options=_with(settings.horizon, _PANEL_HORIZONS),
+                                               value=settings.horizon, description="horizon (T)", **slider)
+        self.horizon.add_class("workbench-horizon")
+        minibatches = settings.batch_size // settings.minibatch_size
+        self.minibatches = widgets.SelectionSlider(options=_with(minibatches, _PANEL_MINIBATCHES),
+                                                   value=minibatches, description="minibatches", **slider)
+        self.minibatches.add_class("workbench-minibatches")
+        self._learner_choices = learner_choices(run)
+        self.learner = widgets.Dropdown(options=list(self._learner_choices),
+                                        value=self._learner_label(settings.learner_devices),
+                                        description="learner", style={"description_width": "110px"})
+        self.learner.add_class("workbench-learner")
+        self.batch_note = widgets.HTML()
+        for control in (self.actors, self.envs, self.horizon, self.minibatches, self.learner):
+            control.observe(self._on_control, names="value")
+
+        self.buttons = {}
+        for name, icon, style in (("start", "play", "primary"), ("pause", "pause", ""),
+                                  ("resume", "step-forward", ""), ("stop", "stop", "danger")):
+            button = widgets.Button(description=name.capitalize(), icon=icon, button_style=style,
+                                    layout=widgets.Layout(width="100px"))
+            button.add_class(f"workbench-{name}")
+            button.on_click(lambda _, name=name: self._press(name))
+            self.buttons[name] = button
+
+        self.return_figure = _figure(
+            f"{run.env_id}: mean episode return (raw)", rows=1, cols=2,
+            subplot_titles=("against env steps", "against wall time"),
+            xaxes=("env steps", "wall seconds"), yaxis="return",
+            traces=[go.Scatter(x=[], y=[], mode="lines+markers", name="return", line_color="#1f77b4",
+                               marker_size=4, showlegend=False),
+                    go.Scatter(x=[], y=[], mode="lines+markers", name="return (wall)", line_color="#1f77b4",
+                               marker_size=4, showlegend=False)],
+        )
+        self.speed_figure = _figure(
+            "env steps per second", xaxes=("env steps",), yaxis="steps/s",
+            traces=[go.Scatter(x=[], y=[], mode="lines", name="steps/s", line_color="#2ca02c")],
+        )
+        self.stage_figure = _figure(
+            "seconds per iteration, by stage", xaxes=("env steps",), yaxis="seconds",
+            traces=[go.Scatter(x=[], y=[], mode="lines", name=label, line_color=color)
+                    for _, label, color in _STAGE_LINES],
+        )
+        charts = []
+        for figure, name in ((self.return_figure, "return"), (self.speed_figure, "speed"),
+                             (self.stage_figure, "stages")):
+            box = widgets.Box([figure], layout=widgets.Layout(width="100%"))
+            box.add_class(f"workbench-chart-{name}")
+            charts.append(box)
+
+        controls = widgets.VBox([
+            widgets.HBox([self.actors, self.envs, self.horizon]),
+            widgets.HBox([self.minibatches, self.learner, self.batch_note]),
+            widgets.HBox(list(self.buttons.values())),
+        ])
+        self.widget = widgets.VBox([self.status, self.progress, controls, self.message, charts[0],
+                                    widgets.HBox([charts[1], charts[2]])])
+        self.widget.add_class("workbench-run-panel")
+        self.refresh()
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def start(self) -> "RunPanel":
+        """Start the run in its background thread and the redraws; returns the panel (to show it)."""
+        self.run.start()
+        self._watch()
+        self.refresh()
+        return self
+
+    def wait(self, timeout: float | None = None) -> str:
+        """``run.wait()`` (the interrupt button stops the run cleanly), then a last redraw."""
+        try:
+            return self.run.wait(timeout)
+        finally:
+            self.refresh()
+
+    def _press(self, name: str) -> None:
+        try:
+            if name == "start":
+                self.start()
+            elif name == "pause":
+                self.run.pause(wait=False)
+            elif name == "resume":
+                self.run.resume()
+            else:
+                self.run.stop(wait=False)
+            self._say("")
+        except Exception as error:  # e.g. Start on a failed run: say what to do instead
+            self._say(f"{name}: {type(error).__name__}: {error}", "#b00020")
+        self._watch()
+        self.refresh()
+
+    def _on_control(self, change: dict) -> None:
+        if self._syncing:
+            return
+        values = self._control_values()
+        current = self.run.settings.current
+        try:
+            self.run.update_settings(**{key: value for key, value in values.items()
+                                        if getattr(current, key) != value})
+            self._say("")
+        except Exception as error:  # refused whole: say why and move the controls back
+            self._say(f"not applied: {error}", "#b00020")
+            self._sync_controls()
+        self.refresh()
+
+    def _control_values(self) -> dict[str, Any]:
+        batch = self.envs.value * self.horizon.value
+        minibatches = self.minibatches.value
+        return dict(
+            num_actors=self.actors.value,
+            num_envs=self.envs.value,
+            horizon=self.horizon.value,
+            # a minibatch count that does not divide the batch gives a minibatch size that the
+            # settings' check refuses, with its message
+            minibatch_size=max(1, batch // minibatches) if batch % minibatches == 0 else batch + 1,
+            learner_devices=self._learner_choices[self.learner.value],
+        )
+
+    def _learner_label(self, devices: tuple[str, ...]) -> str:
+        for label, choice in self._learner_choices.items():
+            if tuple(choice) == tuple(devices):
+                return label
+        raise KeyError(devices)
+
+    def _sync_controls(self) -> None:
+        """Move the controls to the run's current settings (without writing them back)."""
+        settings = self.run.settings.current
+        self._syncing = True
+        try:
+            self.actors.max = max(self.actors.max, settings.num_actors)
+            self.actors.value = settings.num_actors
+            self.envs.value = settings.num_envs
+            self.horizon.value = settings.horizon
+            minibatches = settings.batch_size // settings.minibatch_size
+            if minibatches in self.minibatches.options:
+                self.minibatches.value = minibatches
+            self.learner.value = self._learner_label(settings.learner_devices)
+        finally:
+            self._syncing = False
+
+    def _say(self, text: str, color: str = "#555") -> None:
+        self.message.value = SamplerPanel._note(text, color) if text else ""
+
+    # --- drawing ----------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Redraw every ``refresh_seconds`` until the run ends (one thread at a time)."""
+        import threading
+
+        if self._watcher is not None and self._watcher.is_alive():
+            return
+
+        def watch() -> None:
+            from workbench.runners import ENDED
+
+            while True:
+                ended = self.run.status in ENDED
+                self.refresh()
+                if ended:
+                    return
+                time.sleep(self.refresh_seconds)
+
+        self._watcher = threading.Thread(target=watch, name="workbench-run-panel", daemon=True)
+        self._watcher.start()
+
+    def refresh(self) -> None:
+        """Draw the rows recorded since the last redraw and update the status line."""
+        with self._draw_lock:
+            rows = self.run.metrics[self._drawn:]
+            self._drawn += len(rows)
+            iterations = [row for row in rows if "event" not in row]
+            events = [row for row in rows if "event" in row]
+            if iterations:
+                self._extend(iterations)
+            for event in events:
+                self._mark(event)
+            self._update_status()
+
+    def _extend(self, rows: list[dict]) -> None:
+        with_return = [row for row in rows if "charts/episode_return" in row]
+        if with_return:
+            steps = [row["charts/env_steps"] for row in with_return]
+            seconds = [row["charts/wall_seconds"] for row in with_return]
+            returns = [row["charts/episode_return"] for row in with_return]
+            self._last_return = returns[-1]
+            with self.return_figure.batch_update():
+                _append(self.return_figure.data[0], steps, returns)
+                _append(self.return_figure.data[1], seconds, returns)
+        steps = [row["charts/env_steps"] for row in rows]
+        with self.speed_figure.batch_update():
+            _append(self.speed_figure.data[0], steps, [row["charts/steps_per_second"] for row in rows])
+        with self.stage_figure.batch_update():
+            for trace, (key, _, _) in zip(self.stage_figure.data, _STAGE_LINES):
+                _append(trace, steps, [row.get(key) for row in rows])
+
+    def _mark(self, event: dict) -> None:
+        """A dashed line at the event's env step on every chart against env steps."""
+        self.events.append(event)
+        if event["event"] == "settings_refused":
+            self._say(f"the run refused {event['new']}: {event.get('error', '')}", "#b00020")
+            self._sync_controls()
+            return
+        if event["event"] != "settings":
+            return
+        label = ", ".join(f"{_SHORT.get(key, key)} {_value(event['old'].get(key))}→{_value(value)}"
+                          for key, value in event["new"].items())
+        for figure, kwargs in ((self.return_figure, dict(row=1, col=1)), (self.speed_figure, {}),
+                               (self.stage_figure, {})):
+            figure.add_vline(x=event["env_steps"], line_dash="dash", line_color="#888",
+                             annotation_text=label, annotation_font_size=10, **kwargs)
+
+    def _update_status(self) -> None:
+        run = self.run
+        rows = [row for row in run.metrics[-5:] if "event" not in row]
+        last = rows[-1] if rows else {}
+        total = max(1, run.config.total_steps)
+        self.progress.value = min(1.0, run.env_steps / total)
+        settings = run.settings.applied
+        parts = [
+            f"<b>{html.escape(run.status)}</b>",
+            f"iteration {run.iteration:,}",
+            f"{run.env_steps:,} / {run.config.total_steps:,} env steps",
+        ]
+        if last:
+            parts.append(f"{last['charts/steps_per_second']:,.0f} steps/s")
+            if self._last_return is not None:
+                parts.append(f"return {self._last_return:.1f}")
+            parts.append(f"policy lag {last['charts/policy_lag']}")
+        parts.append(f"batch {settings.num_envs}×{settings.horizon} = {settings.batch_size:,}")
+        if run.error is not None:
+            parts.append(f'<span style="color:#b00020">{html.escape(type(run.error).__name__)}: '
+                         f"{html.escape(str(run.error))}</span>")
+        self.status.value = " · ".join(parts)
+        from workbench.runners import ENDED
+
+        status = run.status
+        self.buttons["start"].disabled = status not in ("created", "stopped", "finished")
+        self.buttons["pause"].disabled = status != "running"
+        self.buttons["resume"].disabled = status != "paused"
+        self.buttons["stop"].disabled = status in ENDED or status == "created"
+        current = run.settings.current
+        self.batch_note.value = SamplerPanel._note(
+            f"batch B×T = {current.batch_size:,}, minibatch {current.minibatch_size:,}")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+_SHORT = {"num_actors": "actors", "num_envs": "B", "horizon": "T", "minibatch_size": "minibatch",
+          "learner_devices": "learner"}
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(item) for item in value)
+    return str(value)
+
+
+def _with(value: int, options: tuple[int, ...]) -> list[int]:
+    """The slider's options, with the run's own value among them."""
+    return sorted(set(options) | {value})
+
+
+def _append(trace: Any, xs: list, ys: list) -> None:
+    trace.x = list(trace.x or ()) + list(xs)
+    trace.y = list(trace.y or ()) + list(ys)
+
+
+def _figure(title: str, *, xaxes: tuple[str, ...], yaxis: str, traces: list, rows: int = 1, cols: int = 1,
+            subplot_titles: tuple[str, ...] | None = None) -> go.FigureWidget:
+    from plotly.subplots import make_subplots
+
+    figure = go.FigureWidget(make_subplots(rows=rows, cols=cols, subplot_titles=subplot_titles))
+    for index, trace in enumerate(traces):
+        col = index + 1 if cols > 1 else 1
+        figure.add_trace(trace, row=1, col=col)
+    for index, title_x in enumerate(xaxes):
+        figure.update_xaxes(title_text=title_x, row=1, col=index + 1)
+    figure.update_yaxes(title_text=yaxis, row=1, col=1)
+    figure.update_layout(title=title, height=320, margin=dict(l=60, r=20, t=60, b=50),
+                         legend=dict(orientation="h", y=-0.25))
+    return figure

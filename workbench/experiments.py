@@ -1,0 +1,247 @@
+"""The course's experiments, as functions: a notebook calls one and plots its result.
+
+* :func:`batch_size_study`: one recipe at several batch sizes ``B x T`` with the learning rate
+  scaled to each (Stooke & Abbeel 2018, Sec. 4, Fig. 3 and 4): return against env steps (sample
+  complexity) and against wall time (what the larger batch buys).
+* :func:`sync_vs_async`: the same run made twice, synchronous and asynchronous (Sec. 3.3): steps/s,
+  where each iteration's time goes, and the policy lag.
+* :func:`learning_curve`: a :class:`workbench.runners.Run`'s rows as a curve of the mean return
+  of the last episodes; :func:`wait_for_row` waits for a row (an event) of a live run.
+
+Each run is a ``Run`` (its metrics file under ``runs_dir``), run in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from dataclasses import dataclass, field
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from workbench.control import RunSettings
+from workbench.recipes import RECIPES, Recipe
+from workbench.runners import Run, RunConfig
+
+__all__ = [
+    "LearningCurve",
+    "ModeResult",
+    "batch_size_study",
+    "learning_curve",
+    "make_recipe_run",
+    "sync_vs_async",
+    "wait_for_row",
+]
+
+
+@dataclass
+class LearningCurve:
+    """One run's progress: the mean raw return of (about) the last ``window`` episodes."""
+
+    label: str
+    env_steps: list[int] = field(default_factory=list)
+    wall_seconds: list[float] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
+    steps_per_second: float = 0.0
+    """Env steps per wall second over the whole run."""
+    learning_rate: float | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final_return(self) -> float:
+        return self.returns[-1] if self.returns else float("nan")
+
+    def steps_to(self, target: float) -> int | None:
+        """Env steps at which the curve first reached ``target`` (None: never)."""
+        return next((steps for steps, value in zip(self.env_steps, self.returns) if value >= target), None)
+
+    def seconds_to(self, target: float) -> float | None:
+        """Wall seconds at which the curve first reached ``target`` (None: never)."""
+        return next((sec for sec, value in zip(self.wall_seconds, self.returns) if value >= target), None)
+
+
+def learning_curve(rows: Sequence[dict], label: str, *, window: int = 20) -> LearningCurve:
+    """The curve of a run's iteration rows: after each iteration with ended episodes, the mean
+    return of the latest batches that hold at least ``window`` episodes (each batch's mean weighted
+    by its episode count), as ``train``'s last-20 mean is over single episodes."""
+    curve = LearningCurve(label)
+    recent: list[tuple[float, int]] = []  # (batch mean return, episodes), newest last
+    rows = [row for row in rows if "event" not in row]
+    for row in rows:
+        if not row.get("charts/episodes") or row.get("charts/episode_return") is None:
+            continue
+        recent.append((row["charts/episode_return"], row["charts/episodes"]))
+        while len(recent) > 1 and sum(count for _, count in recent[1:]) >= window:
+            recent.pop(0)
+        total = sum(count for _, count in recent)
+        curve.env_steps.append(row["charts/env_steps"])
+        curve.wall_seconds.append(row["charts/wall_seconds"])
+        curve.returns.append(sum(mean * count for mean, count in recent) / total)
+    if rows:
+        curve.steps_per_second = rows[-1]["charts/env_steps"] / max(rows[-1]["charts/wall_seconds"], 1e-9)
+        curve.learning_rate = rows[-1].get("charts/learning_rate")
+    return curve
+
+
+def make_recipe_run(
+    recipe: "str | Recipe",
+    *,
+    seed: int = 0,
+    num_envs: int | None = None,
+    horizon: int | None = None,
+    num_actors: int | None = None,
+    sampler: str | None = None,
+    total_steps: int | None = None,
+    name: str | None = None,
+    runs_dir: str | None = None,
+    mode: str = "sync",
+    learner_factory: Any = None,
+    **config_changes: Any,
+) -> Run:
+    """A ``Run`` of a recipe (``workbench.recipes.RECIPES``) at a chosen size (default: the recipe's
+    own sampler, envs, horizon and step budget).
+
+    ``config_changes`` replace fields of the recipe's algorithm config (e.g.
+    ``scale_learning_rate="sqrt"``). The minibatch count of the recipe is kept, so a larger batch
+    gets larger minibatches (as learning-rate scaling assumes)."""
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
+    sampler = sampler or getattr(recipe, "sampler", "serial")
+    num_actors = num_actors or getattr(recipe, "num_workers", 1)
+    num_envs = num_envs or recipe.num_envs
+    horizon = horizon or recipe.horizon
+    config = dataclasses.replace(recipe.config, **config_changes)
+    torch.manual_seed(seed)
+    from workbench import envs
+    from workbench.models import ActorCritic
+
+    observation_space, action_space = envs.env_spaces(recipe.env_id)
+    model = ActorCritic(observation_space.shape, action_space.n)
+    kwargs = {"seed": seed} if "seed" in recipe.algorithm.__init__.__code__.co_varnames else {}
+    algo = recipe.algorithm(model, config, **kwargs)
+    batch = num_envs * horizon
+    minibatches = getattr(config, "num_minibatches", 1)
+    if batch % minibatches:
+        raise ValueError(f"batch B*T = {num_envs}*{horizon} = {batch} is not divisible by the recipe's "
+                         f"{minibatches} minibatches; pick B and T whose product it divides.")
+    settings = RunSettings(num_actors=num_actors, num_envs=num_envs, horizon=horizon,
+                           minibatch_size=batch // minibatches)
+    run_config = RunConfig(total_steps=total_steps or recipe.total_steps, mode=mode, seed=seed, name=name,
+                           **({"runs_dir": runs_dir} if runs_dir is not None else {}))
+    return Run(recipe.env_id, algo, sampler=sampler, settings=settings, config=run_config,
+               learner_factory=learner_factory)
+
+
+def batch_size_study(
+    recipe: "str | Recipe",
+    shapes: Sequence[tuple[int, int]],
+    *,
+    total_steps: int,
+    scale_rule: str | None = "sqrt",
+    seed: int = 0,
+    runs_dir: str | None = None,
+    progress: bool = True,
+) -> list[LearningCurve]:
+    """Train ``recipe`` once per batch shape ``(B, T)``, each for ``total_steps`` env steps.
+
+    The recipe's learning rate was tuned at its own ``B * T``; with ``scale_rule`` each run scales
+    it to its batch (``workbench.algos.pg.scaled_learning_rate``; Stooke & Abbeel 2018, Sec. 4).
+    Returns one :class:`LearningCurve` per shape, labelled ``"B x T = batch"``.
+    """
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
+    runs_dir = runs_dir or tempfile.mkdtemp(prefix="workbench-batch-study-")
+    changes = {}
+    if scale_rule is not None:
+        changes = dict(scale_learning_rate=scale_rule, reference_batch_size=recipe.num_envs * recipe.horizon)
+    curves = []
+    for num_envs, horizon in shapes:
+        label = f"{num_envs} x {horizon} = {num_envs * horizon}"
+        run = make_recipe_run(recipe, seed=seed, num_envs=num_envs, horizon=horizon, total_steps=total_steps,
+                              name=f"{recipe.name}-{num_envs}x{horizon}-seed{seed}", runs_dir=runs_dir, **changes)
+        run.run()
+        curve = learning_curve(run.metrics, label)
+        curve.settings = dict(num_envs=num_envs, horizon=horizon, batch_size=num_envs * horizon)
+        curves.append(curve)
+        if progress:
+            print(f"{recipe.name} batch {label:>18}: return {curve.final_return:6.1f} after {run.env_steps:,} "
+                  f"steps, {curve.steps_per_second:,.0f} steps/s, lr {curve.learning_rate:.2e}", flush=True)
+    return curves
+
+
+def wait_for_row(run: Run, predicate: Callable[[dict], bool], *, timeout: float = 120.0) -> dict:
+    """The first row of ``run.metrics`` for which ``predicate(row)`` holds, waiting for it while the
+    run goes. Raises TimeoutError after ``timeout`` seconds, RuntimeError if the run ends first."""
+    from workbench.runners import ENDED
+
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while True:
+        ended = run.status in ENDED
+        rows = run.metrics
+        for row in rows[seen:]:
+            if predicate(row):
+                return row
+        seen = len(rows)
+        if ended:
+            raise RuntimeError(f"run {run.name!r} ended ({run.status}) before the row came"
+                               + (f": {run.error}" if run.error else ""))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no such row in run {run.name!r} after {timeout:g} s (status {run.status})")
+        time.sleep(0.05)
+
+
+@dataclass
+class ModeResult:
+    """One mode's iterations after the warm-up: means per iteration, in seconds."""
+
+    mode: str
+    steps_per_second: float
+    iteration_seconds: float
+    learn_seconds: float
+    """The update (forward, backward, optimizer steps)."""
+    batch_wait_seconds: float
+    """The learner waiting for its batch: the whole collect when sync; what learning did not
+    hide when async."""
+    collect_seconds: float
+    """The sampler's collect, whichever thread ran it."""
+    policy_lag: float
+    """Updates between the parameters that collected a batch and the update that learns from it."""
+    iterations: int
+
+
+def sync_vs_async(make_run: Callable[[str], Run], *, warmup: int = 1) -> dict[str, ModeResult]:
+    """Run ``make_run("sync")`` then ``make_run("async")`` to the end (each a ``Run`` with its
+    ``RunConfig.mode`` set as asked) and compare their iterations after the first ``warmup``.
+
+    Synchronous (rlpyt's minibatch_rl): collect batch k, then learn on it. Asynchronous (Stooke &
+    Abbeel 2018, Sec. 3.3): a collector thread collects batch k+1 with the parameters of update k
+    while the learner learns on batch k, so the learner waits only for what learning did not hide
+    and every batch is one update old (policy lag 1).
+    """
+    results = {}
+    for mode in ("sync", "async"):
+        run = make_run(mode)
+        if run.config.mode != mode:
+            raise ValueError(f"make_run({mode!r}) made a {run.config.mode!r} run; pass mode to its RunConfig.")
+        run.run()
+        rows = [row for row in run.metrics if "event" not in row][warmup:]
+        if not rows:
+            raise ValueError(f"the {mode} run made {run.iteration} iterations, none after the {warmup} of "
+                             "warm-up; give it more total_steps.")
+
+        def mean(key: str) -> float:
+            return sum(row[key] for row in rows) / len(rows)
+
+        seconds = sum(row["time/iteration"] for row in rows)
+        results[mode] = ModeResult(
+            mode=mode,
+            steps_per_second=sum(row["charts/num_envs"] * row["charts/horizon"] for row in rows) / seconds,
+            iteration_seconds=seconds / len(rows),
+            learn_seconds=mean("time/learn"),
+            batch_wait_seconds=mean("time/batch_wait"),
+            collect_seconds=mean("time/collect"),
+            policy_lag=mean("charts/policy_lag"),
+            iterations=len(rows),
+        )
+    return results

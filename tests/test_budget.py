@@ -18,6 +18,8 @@ def test_full_budget_is_larger_than_ci(monkeypatch):
     assert full.measure_seconds > ci.measure_seconds
     assert max(full.env_counts) > max(ci.env_counts)
     assert full.sampler_envs * full.sampler_horizon > ci.sampler_envs * ci.sampler_horizon
+    assert full.live_steps > ci.live_steps and full.batch_study_steps > ci.batch_study_steps
+    assert set(ci.batch_shapes) <= set(full.batch_shapes)
 
 
 def test_unknown_budget_names_the_choices(monkeypatch):

@@ -306,3 +306,157 @@ def test_recipe_reaches_its_target_within_its_budget(one_thread, name):
     assert result["steps_to_target"] is not None, result["history"][-5:]
     assert result["steps_to_target"] <= recipe.total_steps
 
+
+
+# --- 4. the learner's speed-ups: mixed precision and memory format ------------------------------
+#
+# On a NatureCNN ActorCritic (84x84x4 uint8 frames), what the options may change is rounding only.
+# Measured over seeds 0-3 (T=8, B=4): under bfloat16 the parameter steps point the same way as the
+# float32 ones (cosine >= 0.986; Adam turns tiny gradient differences into visible step
+# differences, so element-wise equality is not expected) and the losses agree to < 0.6% (value),
+# < 0.3% (entropy), 1e-3 absolute (policy, which is near 0); channels_last agrees to < 1e-6.
+
+IMAGE_SHAPE = (4, 84, 84)
+IMAGE_ACTIONS = 6
+
+
+def image_rollout(model: ActorCritic, seed: int = 0, T: int = 8, B: int = 4) -> Rollout:
+    """A ``[T, B]`` rollout of random uint8 frames, with the model's own actions, logp and values."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randint(0, 256, (T, B, *IMAGE_SHAPE), dtype=torch.uint8, generator=g)
+    torch.manual_seed(seed)
+    out = model.act(obs)
+    terminated = torch.rand(T, B, generator=g) < 0.1
+    terminated[3, 0] = True
+    return Rollout(
+        obs=obs,
+        actions=out["action"],
+        rewards=torch.randn(T, B, generator=g),
+        terminated=terminated,
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        truncation_values=torch.zeros(T, B),
+        policy_outputs={"logp": out["logp"], "value": out["value"]},
+        next_obs=torch.randint(0, 256, (B, *IMAGE_SHAPE), dtype=torch.uint8, generator=g),
+    )
+
+
+def image_learner(kind: str, model: ActorCritic, **options):
+    if kind == "ppo":
+        return PPO(model, PPOConfig(num_epochs=2, num_minibatches=2, **options), seed=0)
+    return A2C(model, A2CConfig(**options))
+
+
+def step_of(before: list[torch.Tensor], model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
+
+
+@pytest.mark.parametrize("kind", ["ppo", "a2c"])
+def test_bfloat16_autocast_update_stays_close_to_the_float32_update(kind):
+    torch.manual_seed(0)
+    model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
+    rollout = image_rollout(model)
+    before = parameters(model)
+    reference = image_learner(kind, copy.deepcopy(model))
+    mixed = image_learner(kind, copy.deepcopy(model), autocast="bfloat16")
+    expected, got = reference.update(rollout), mixed.update(rollout)
+
+    assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=2e-2)
+    assert got["losses/entropy"] == pytest.approx(expected["losses/entropy"], rel=1e-2)
+    assert got["losses/policy"] == pytest.approx(expected["losses/policy"], abs=5e-3)
+    assert got["charts/grad_norm"] == pytest.approx(expected["charts/grad_norm"], rel=5e-2)
+    cosine = torch.nn.functional.cosine_similarity(
+        step_of(before, mixed.model), step_of(before, reference.model), dim=0
+    )
+    assert cosine > 0.95
+    # Parameters and optimizer state stay float32: only the forward pass ran in bfloat16.
+    assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
+
+
+def test_autocast_forward_runs_in_bfloat16_but_the_losses_see_float32():
+    torch.manual_seed(0)
+    model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
+    algo = PPO(model, PPOConfig(autocast="bfloat16"))
+    rollout = image_rollout(model)
+    with algo._autocast():
+        logits, _ = model(rollout.obs[0])
+    assert logits.dtype == torch.bfloat16
+    out = algo._evaluate(rollout.obs[0], rollout.actions[0])
+    assert {key: value.dtype for key, value in out.items()} == dict.fromkeys(out, torch.float32)
+
+
+@pytest.mark.parametrize("kind", ["ppo", "a2c"])
+def test_channels_last_gives_the_default_update(kind):
+    torch.manual_seed(0)
+    model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
+    rollout = image_rollout(model)
+    reference = image_learner(kind, copy.deepcopy(model))
+    nhwc = image_learner(kind, copy.deepcopy(model), channels_last=True)
+    conv = nhwc.model.trunk.conv[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    expected, got = reference.update(rollout), nhwc.update(rollout)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    for p, q in zip(reference.model.parameters(), nhwc.model.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-5)
+    # The converted model still loads and saves ordinary (contiguous) state dicts.
+    restored = image_learner(kind, copy.deepcopy(model), channels_last=True)
+    restored.load_state_dict(reference.state_dict())
+    assert all(torch.equal(p, q) for p, q in zip(reference.model.parameters(), restored.model.parameters()))
+
+
+@pytest.mark.parametrize("kind", ["ppo", "a2c"])
+def test_float16_on_the_cpu_names_bfloat16(kind):
+    model = make_model()
+    algo = PPO(model, PPOConfig(autocast="float16")) if kind == "ppo" else A2C(model, A2CConfig(autocast="float16"))
+    with pytest.raises(ValueError, match="autocast='bfloat16'"):
+        algo.update(synthetic_rollout(model))
+
+
+@pytest.mark.parametrize("config_class", [PPOConfig, A2CConfig])
+def test_unknown_autocast_names_the_choices(config_class):
+    with pytest.raises(ValueError, match="'bfloat16' .*'float16'"):
+        config_class(autocast="fp16")
+    with pytest.raises(ValueError, match="channels_last"):
+        config_class(channels_last="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale():
+    torch.manual_seed(0)
+    model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
+    rollout = image_rollout(model)
+    before = [p.cuda() for p in parameters(model)]
+    reference = PPO(copy.deepcopy(model), PPOConfig(num_epochs=2, num_minibatches=2), device="cuda")
+    mixed = PPO(copy.deepcopy(model), PPOConfig(num_epochs=2, num_minibatches=2, autocast="float16",
+                                                channels_last=True), device="cuda")
+    expected, got = reference.update(rollout), mixed.update(rollout)
+    assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=2e-2)
+    cosine = torch.nn.functional.cosine_similarity(
+        step_of(before, mixed.model), step_of(before, reference.model), dim=0
+    )
+    assert cosine > 0.95
+    assert mixed.grad_scaler is not None and "grad_scaler" in mixed.state_dict()
+
+
+# --- 5. train's time limit and curve -------------------------------------------------------------
+
+
+def test_train_stops_at_max_seconds_and_records_its_curve():
+    points = []
+    sampler = SerialSampler("CartPole-v1", num_envs=2, horizon=8, seed=0)
+    with sampler:
+        result = train(PPO(make_model(), PPOConfig(num_minibatches=2)), sampler, 10**6,
+                       max_seconds=0.0, on_update=points.append)
+    assert result["stopped"] == "time" and result["env_steps"] == 16
+    assert result["curve"] == points and len(points) == 1
+    assert set(points[0]) == {"env_steps", "mean_return", "episodes", "seconds"}
+
+
+def test_pong_recipe_is_cleanrl_ppo_atari_with_the_speed_ups():
+    recipe = RECIPES["ppo-pong"]
+    c = recipe.config
+    assert (recipe.env_id, recipe.num_envs, recipe.horizon) == ("ALE/Pong-v5", 8, 128)
+    assert (c.learning_rate, c.anneal_lr, c.clip_coef, c.entropy_coef, c.value_coef) == (2.5e-4, True, 0.1, 0.01, 0.5)
+    assert (c.num_epochs, c.num_minibatches, c.max_grad_norm, c.gamma, c.gae_lambda) == (4, 4, 0.5, 0.99, 0.95)
+    assert c.autocast == "bfloat16"
+    assert recipe.total_steps == 2_500_000 and recipe.target_return == 18.0

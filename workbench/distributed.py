@@ -249,17 +249,14 @@ class _Rank:
             group["lr"] = self.algo.learning_rate
 
     def step(self, loss: torch.Tensor) -> float:
-        """``pg._PolicyGradient._step`` with DDP: backward (gradients all-reduced), clip, step."""
-        algo = self.algo
-        algo.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # DDP averages the gradients over the learners here
-        max_norm = algo.config.max_grad_norm
-        grad_norm = nn.utils.clip_grad_norm_(
-            algo.model.parameters(), math.inf if max_norm is None else max_norm
-        )  # the gradients are identical on every learner, so is their norm
-        algo.optimizer.step()
-        algo.num_gradient_steps += 1
-        return float(grad_norm)
+        """``pg._PolicyGradient._step`` (float16 loss scaling included): its backward goes through
+        DDP, which averages the gradients over the learners, so they and their norm are the same
+        on every learner."""
+        return self.algo._step(loss)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``model.evaluate`` through DDP, under the algorithm's autocast; float32 outputs."""
+        return self.algo._evaluate(obs, actions, self.ddp)
 
     # --- updates --------------------------------------------------------------------------------
 
@@ -275,7 +272,7 @@ class _Rank:
         behaviour_values, advantages, returns = self.prepare(rollout)
         N = rollout.num_steps * self.world_size
         self.apply_learning_rate(N)
-        out = self.ddp(rollout.obs, rollout.actions)  # each [T, B/n]
+        out = self.evaluate(self.algo._forward_obs(rollout.obs), rollout.actions)  # each [T, B/n]
         if c.normalize_advantages:
             advantages = self.global_normalize(advantages, N)
         pg_loss = -(out["logp"] * advantages).mean()
@@ -309,7 +306,7 @@ class _Rank:
         N = T * B
         self.apply_learning_rate(N)
 
-        obs = rollout.obs.flatten(0, 1)
+        obs = self.algo._forward_obs(rollout.obs.flatten(0, 1))  # scaled once under autocast
         actions = rollout.actions.flatten(0, 1)
         b_logp = rollout.policy_outputs["logp"].flatten(0, 1).float()
         b_values = behaviour_values.flatten(0, 1)
@@ -340,7 +337,7 @@ class _Rank:
                 # With no sample of this minibatch here, evaluate one (weighted 0 below): every
                 # learner must take part in each DDP step.
                 evaluated = local if n_local > 0 else local.new_zeros(1)
-                out = self.ddp(obs[evaluated], actions[evaluated])
+                out = self.evaluate(obs[evaluated], actions[evaluated])
                 mb_advantages = b_advantages[local]
                 if c.normalize_advantages:
                     mb_advantages = self.global_normalize(mb_advantages, n_global)

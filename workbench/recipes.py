@@ -1,20 +1,21 @@
 """The settings behind each learning claim, named once: tests, benchmarks and notebooks share them.
 
-A recipe is an algorithm, its config, a sampler size, a step budget and the return it must reach
-within that budget ("it learns" means a recipe reaches its target, asserted, not eyeballed).
-``tests/`` runs each at one seed; ``benchmarks/learning.py`` at several.
+A recipe is an algorithm, its config, a sampler (kind and size), a step budget and the return it
+must reach within that budget ("it learns" means a recipe reaches its target, asserted, not
+eyeballed). ``tests/`` runs the classic-control ones at one seed; ``benchmarks/learning.py`` runs
+any of them at several seeds, with an optional wall-clock limit (Atari recipes take an hour).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from workbench.algos.pg import A2C, PPO, A2CConfig, PPOConfig, train
 from workbench.models import ActorCritic
-from workbench.samplers import SerialSampler
+from workbench.samplers import make_sampler
 
 
 @dataclass(frozen=True)
@@ -31,21 +32,38 @@ class Recipe:
     target_return: float
     """Mean raw return over the last 20 training episodes."""
     note: str = ""
+    sampler: str = "serial"
+    """The sampler kind (``workbench.samplers.make_sampler``): ``"serial"``, ``"parallel"``,
+    ``"batched"`` or ``"alternating"``."""
+    num_workers: int = 1
+    """Worker processes of a non-serial sampler (unused by the serial one)."""
+    torch_threads: int | None = 1
+    """Torch threads of the learner's process that ``benchmarks/learning.py`` sets (None: one per
+    core). One suits small MLPs, and any model on a busy machine (see the ppo-pong recipe)."""
 
-    def make(self, seed: int) -> tuple[Any, SerialSampler]:
+    def make(self, seed: int) -> tuple[Any, Any]:
         """The algorithm (fresh model, seeded) and its sampler; close the sampler when done."""
         torch.manual_seed(seed)
-        sampler = SerialSampler(self.env_id, num_envs=self.num_envs, horizon=self.horizon, seed=seed)
+        sampler = make_sampler(self.sampler, self.env_id, num_envs=self.num_envs, horizon=self.horizon,
+                               num_workers=self.num_workers, seed=seed)
         model = ActorCritic(sampler.observation_space.shape, sampler.action_space.n)
         kwargs = {"seed": seed} if self.algorithm is PPO else {}
         return self.algorithm(model, replace(self.config), **kwargs), sampler
 
-    def run(self, seed: int) -> dict[str, Any]:
-        """Train until the target or the budget: ``pg.train``'s result (``steps_to_target`` is
-        None when the budget ran out first)."""
+    def run(
+        self,
+        seed: int,
+        *,
+        max_seconds: float | None = None,
+        on_update: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Train until the target, the budget or ``max_seconds`` of wall clock: ``pg.train``'s
+        result (``steps_to_target`` is None when the budget or the time ran out first;
+        ``stopped`` says which). ``on_update`` gets each point of the learning curve."""
         algo, sampler = self.make(seed)
         with sampler:
-            return train(algo, sampler, self.total_steps, target_return=self.target_return)
+            return train(algo, sampler, self.total_steps, target_return=self.target_return,
+                         max_seconds=max_seconds, on_update=on_update)
 
 
 # ActorCritic shares one trunk between policy and value. CartPole's returns (tens to hundreds) make
@@ -86,6 +104,42 @@ RECIPES: dict[str, Recipe] = {
             total_steps=200_000,
             target_return=400.0,
             note="seen: 79k-113k steps, seeds 0-3",
+        ),
+        Recipe(
+            name="ppo-pong",
+            env_id="ALE/Pong-v5",
+            algorithm=PPO,
+            config=PPOConfig(  # CleanRL's ppo_atari.py, with the learner's bfloat16 speed-up
+                learning_rate=2.5e-4,
+                anneal_lr=True,
+                gamma=0.99,
+                gae_lambda=0.95,
+                num_epochs=4,
+                num_minibatches=4,
+                clip_coef=0.1,
+                clip_value_loss=True,
+                entropy_coef=0.01,
+                value_coef=0.5,
+                max_grad_norm=0.5,
+                autocast="bfloat16",  # 2x cheaper updates on an avx512_bf16 CPU
+                channels_last=False,  # beside bfloat16 no faster on that CPU (float32 alone: 1.3x)
+            ),
+            num_envs=8,
+            horizon=128,
+            total_steps=2_500_000,
+            target_return=18.0,
+            note=(
+                "2.5M agent steps = 10M frames, on ALE/Pong-v5 as the workbench's envs make it "
+                "(sticky actions 0.25, episodic life, clipped training rewards; returns on whole "
+                "games). Not yet run to its end here. On the 2-core CPU it trains at about "
+                "400-470 steps/s (data/training_throughput.json, sync rows), so an hour covers "
+                "about 1.5-1.7M steps: benchmarks/learning.py --recipes ppo-pong --seeds 0 "
+                "--max-seconds 3600 records how far it got."
+            ),
+            sampler="serial",  # at 8 envs on 2 cores the fastest (benchmarks/training_throughput.py)
+            # One thread: with other processes on the cores a two-thread bfloat16 learner collapses
+            # (35 s instead of 2.5 s per update, measured); on an idle machine two are ~15% faster.
+            torch_threads=1,
         ),
     )
 }

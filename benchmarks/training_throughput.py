@@ -185,7 +185,6 @@ def plain_loop(
         steps = iterations = 0
         start = None
         while True:
-            t_iteration = time.perf_counter()
             it_env = it_inference = 0.0
             for step in range(T):
                 obs[step] = next_obs

@@ -5,18 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from workbench import experiments
 from workbench.experiments import learning_curve
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def row(steps: int, seconds: float, mean_return: float | None, episodes: int) -> dict:

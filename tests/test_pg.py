@@ -288,14 +288,6 @@ def test_state_dict_round_trip_restores_identical_updates(kind):
 # A2C 92k, 79k, 98k, 113k (budget 200k).
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo-cartpole", "a2c-cartpole"])
 def test_recipe_reaches_its_target_within_its_budget(one_thread, name):

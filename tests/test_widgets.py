@@ -22,12 +22,7 @@ from workbench.widgets import RunPanel, learner_choices
 STEPS = 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make_run(tmp_path, *, iterations: int = 3, sampler: str = "serial", learner_factory=None) -> Run:

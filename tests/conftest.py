@@ -1,0 +1,16 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread in this process for the test: samplers' workers and learners get the other
+    core, and a busy 2-core machine does not oversubscribe (NOTES.md)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -71,3 +72,31 @@ def test_sync_against_async_measures_the_policy_lag(tmp_path):
     results = experiments.sync_vs_async(make_run)
     assert results["sync"].policy_lag == 0 and results["async"].policy_lag == 1
     assert results["sync"].iterations == results["async"].iterations == 3
+
+
+def test_busy_cores_spin_while_the_block_runs_and_end_with_it():
+    import psutil
+
+    with experiments.busy_cores(1) as pids:
+        spinner = psutil.Process(pids[0])
+        spinner.cpu_percent()
+        time.sleep(0.5)
+        assert spinner.cpu_percent() > 20  # it spins (the other tests may share the core)
+    assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_busy_cores_end_when_their_parent_is_killed(tmp_path):
+    import psutil
+    import subprocess
+    import sys
+
+    script = ("import sys, time\nfrom workbench import experiments\n"
+              "with experiments.busy_cores(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the spinning process outlived its killed parent"
+        time.sleep(0.05)

@@ -4,7 +4,8 @@
   scaled to each (Stooke & Abbeel 2018, Sec. 4, Fig. 3 and 4): return against env steps (sample
   complexity) and against wall time (what the larger batch buys).
 * :func:`sync_vs_async`: the same run made twice, synchronous and asynchronous (Sec. 3.3): steps/s,
-  where each iteration's time goes, and the policy lag.
+  where each iteration's time goes, and the policy lag; :func:`busy_cores` repeats it on a machine
+  where another job takes cores.
 * :func:`learning_curve`: a :class:`workbench.runners.Run`'s rows as a curve of the mean return
   of the last episodes; :func:`wait_for_row` waits for a row (an event) of a live run.
 
@@ -13,7 +14,11 @@ Each run is a ``Run`` (its metrics file under ``runs_dir``), run in the caller's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 import time
@@ -29,6 +34,7 @@ __all__ = [
     "LearningCurve",
     "ModeResult",
     "batch_size_study",
+    "busy_cores",
     "learning_curve",
     "make_recipe_run",
     "sync_vs_async",
@@ -245,3 +251,28 @@ def sync_vs_async(make_run: Callable[[str], Run], *, warmup: int = 1) -> dict[st
             iterations=len(rows),
         )
     return results
+
+
+_SPIN = """import sys
+from workbench.workers import die_with_parent
+die_with_parent(int(sys.argv[1]))  # a killed kernel takes this process with it
+while True:
+    pass
+"""
+
+
+@contextlib.contextmanager
+def busy_cores(count: int = 1):
+    """While the block runs, ``count`` processes each spin on a core: another job on the machine.
+
+    They end with the block (an exception or an interrupt included) and with this process."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"busy_cores(count) needs an int >= 0, got {count!r}.")
+    processes = [subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())]) for _ in range(count)]
+    try:
+        yield [process.pid for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait()

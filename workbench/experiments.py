@@ -120,10 +120,9 @@ def make_recipe_run(
     config = dataclasses.replace(recipe.config, **config_changes)
     torch.manual_seed(seed)
     from workbench import envs
-    from workbench.models import ActorCritic
 
     observation_space, action_space = envs.env_spaces(recipe.env_id)
-    model = ActorCritic(observation_space.shape, action_space.n)
+    model = recipe.make_model(observation_space.shape, action_space.n)
     kwargs = {"seed": seed} if "seed" in recipe.algorithm.__init__.__code__.co_varnames else {}
     algo = recipe.algorithm(model, config, **kwargs)
     batch = num_envs * horizon

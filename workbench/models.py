@@ -405,3 +405,33 @@ class QNetwork(nn.Module):
         random = torch.randint(self.num_actions, lead, device=q.device)
         explore = torch.rand(lead, device=q.device) < epsilon
         return {"action": torch.where(explore, random, greedy), "q": q}
+
+
+class EpsilonGreedy(nn.Module):
+    """A ``QNetwork`` that acts epsilon-greedily with its own, settable epsilon: what a sampler
+    collects with in DQN (``policy.act(obs)`` takes no epsilon argument).
+
+    ``epsilon`` is a buffer, so it travels with ``state_dict`` to the copies a ``ParallelSampler``'s
+    workers hold, and it may be one value or one per environment ``[B]`` (Ape-X's per-actor
+    epsilons). ``forward`` and every attribute of the Q-network are reachable through ``q_network``.
+    """
+
+    def __init__(self, q_network: QNetwork, epsilon: float | torch.Tensor = 1.0) -> None:
+        super().__init__()
+        self.q_network = q_network
+        self.register_buffer("epsilon", torch.as_tensor(epsilon, dtype=torch.float32).clone())
+
+    def set_epsilon(self, epsilon: float | torch.Tensor) -> None:
+        """Set epsilon in place (a sampler holding this module sees it at its next collect)."""
+        value = torch.as_tensor(epsilon, dtype=torch.float32, device=self.epsilon.device)
+        if value.shape != self.epsilon.shape:
+            self.epsilon = value.clone()
+        else:
+            self.epsilon.copy_(value)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_network(obs)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.q_network.act(obs, self.epsilon)

@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 import torch
 
+from workbench.algos.dqn import DQN, DQNConfig
 from workbench.algos.pg import A2C, PPO, A2CConfig, PPOConfig, train
-from workbench.models import ActorCritic
+from workbench.models import ActorCritic, QNetwork
 from workbench.samplers import make_sampler
 
 
@@ -40,14 +41,21 @@ class Recipe:
     torch_threads: int | None = 1
     """Torch threads of the learner's process that ``benchmarks/learning.py`` sets (None: one per
     core). One suits small MLPs, and any model on a busy machine (see the ppo-pong recipe)."""
+    model_options: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of the model (``QNetwork`` for DQN: dueling, num_atoms, v_min, v_max)."""
+
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+        """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""
+        model_class = QNetwork if self.algorithm is DQN else ActorCritic
+        return model_class(obs_shape, num_actions, **dict(self.model_options))
 
     def make(self, seed: int) -> tuple[Any, Any]:
         """The algorithm (fresh model, seeded) and its sampler; close the sampler when done."""
         torch.manual_seed(seed)
         sampler = make_sampler(self.sampler, self.env_id, num_envs=self.num_envs, horizon=self.horizon,
                                num_workers=self.num_workers, seed=seed)
-        model = ActorCritic(sampler.observation_space.shape, sampler.action_space.n)
-        kwargs = {"seed": seed} if self.algorithm is PPO else {}
+        model = self.make_model(sampler.observation_space.shape, sampler.action_space.n)
+        kwargs = {"seed": seed} if self.algorithm in (PPO, DQN) else {}
         return self.algorithm(model, replace(self.config), **kwargs), sampler
 
     def run(
@@ -64,6 +72,21 @@ class Recipe:
         with sampler:
             return train(algo, sampler, self.total_steps, target_return=self.target_return,
                          max_seconds=max_seconds, on_update=on_update)
+
+
+# Shared by the DQN and C51 CartPole recipes (each recipe copies its config when it makes the agent).
+_CARTPOLE_DQN = DQNConfig(
+    learning_rate=1e-3,
+    batch_size=64,
+    replay_ratio=32.0,
+    replay_capacity=100_000,
+    learning_starts=1_000,
+    target_update_interval=256,
+    exploration_fraction=0.16,
+    epsilon_end=0.04,
+    n_step=3,
+    double=True,
+)
 
 
 # ActorCritic shares one trunk between policy and value. CartPole's returns (tens to hundreds) make
@@ -104,6 +127,33 @@ RECIPES: dict[str, Recipe] = {
             total_steps=200_000,
             target_return=400.0,
             note="seen: 79k-113k steps, seeds 0-3",
+        ),
+        Recipe(
+            name="dqn-cartpole",
+            env_id="CartPole-v1",
+            algorithm=DQN,
+            # SB3 zoo's CartPole DQN sizes (256x256, lr ~1e-3, batch 64, 0.5 updates per step,
+            # target refreshed every ~128-256 updates), with double Q, dueling and 3-step returns.
+            config=_CARTPOLE_DQN,
+            model_options=(("dueling", True), ("hidden", (256, 256))),
+            num_envs=4,
+            horizon=8,
+            total_steps=100_000,
+            target_return=475.0,
+            note="seen: 26k-60k steps, seeds 0-3 (uniform replay)",
+        ),
+        Recipe(
+            name="c51-cartpole",
+            env_id="CartPole-v1",
+            algorithm=DQN,
+            config=_CARTPOLE_DQN,
+            model_options=(("dueling", True), ("hidden", (256, 256)), ("num_atoms", 51), ("v_min", 0.0),
+                           ("v_max", 100.0)),  # returns of CartPole at gamma 0.99 lie in [0, 100]
+            num_envs=4,
+            horizon=8,
+            total_steps=120_000,
+            target_return=475.0,
+            note="categorical (C51) with double, dueling, 3-step returns",
         ),
         Recipe(
             name="ppo-pong",

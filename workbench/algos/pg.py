@@ -289,7 +289,23 @@ def _check_common(config: Any) -> None:
 
 
 @dataclass
-class PPOConfig:
+class LearnerPrecision:
+    """How a learner computes (shared by ``PPOConfig`` and ``A2CConfig``; the speed-ups of
+    ``benchmarks/training_throughput.py``)."""
+
+    autocast: Precision | None = None
+    """Mixed precision for the update's forward passes: None (float32), ``"bfloat16"`` (CPU with
+    bf16 support, or CUDA) or ``"float16"`` (CUDA only: gradients are scaled with a
+    ``torch.amp.GradScaler``). Log-probabilities, entropies and values are cast to float32 before
+    the losses; parameters and optimizer state stay float32. About 2x cheaper on a bf16 CPU."""
+    channels_last: bool = False
+    """Convert the model's 4-D (convolution) weights to channels-last memory format (NHWC), which
+    oneDNN and cuDNN convolve faster; same values, other strides. No effect on MLPs. The model is
+    converted in place when the learner is made (the sampler acting with it then uses NHWC too)."""
+
+
+@dataclass
+class PPOConfig(LearnerPrecision):
     """PPO hyperparameters (Schulman et al. 2017). Defaults: CleanRL's ``ppo.py``, except
     ``anneal_lr`` (off here: it needs ``set_progress``, which ``train`` and the runner call).
 
@@ -336,15 +352,6 @@ class PPOConfig:
     """The ``T * B`` at which ``learning_rate`` was tuned (needed with ``scale_learning_rate``)."""
     max_learning_rate: float | None = None
     """Cap on the scaled learning rate (the rules stop holding at very large batches)."""
-    autocast: Precision | None = None
-    """Mixed precision for the update's forward passes: None (float32), ``"bfloat16"`` (CPU with
-    bf16 support, or CUDA) or ``"float16"`` (CUDA only: gradients are scaled with a
-    ``torch.amp.GradScaler``). Log-probabilities, entropies and values are cast to float32 before
-    the losses; parameters and optimizer state stay float32. About 2x cheaper on a bf16 CPU."""
-    channels_last: bool = False
-    """Convert the model's 4-D (convolution) weights to channels-last memory format (NHWC), which
-    oneDNN and cuDNN convolve faster; same values, other strides. No effect on MLPs. The model is
-    converted in place when the learner is made (the sampler acting with it then uses NHWC too)."""
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -355,7 +362,7 @@ class PPOConfig:
 
 
 @dataclass
-class A2CConfig:
+class A2CConfig(LearnerPrecision):
     """A2C hyperparameters (Mnih et al. 2016; defaults: OpenAI baselines' ``a2c``, also Stooke &
     Abbeel's starting point: RMSProp, lr 7e-4, entropy 0.01, value 0.5, grad norm 0.5)."""
 
@@ -391,15 +398,6 @@ class A2CConfig:
     """The ``T * B`` at which ``learning_rate`` was tuned (needed with ``scale_learning_rate``)."""
     max_learning_rate: float | None = None
     """Cap on the scaled learning rate."""
-    autocast: Precision | None = None
-    """Mixed precision for the update's forward passes: None (float32), ``"bfloat16"`` (CPU with
-    bf16 support, or CUDA) or ``"float16"`` (CUDA only: gradients are scaled with a
-    ``torch.amp.GradScaler``). Log-probabilities, entropies and values are cast to float32 before
-    the losses; parameters and optimizer state stay float32. About 2x cheaper on a bf16 CPU."""
-    channels_last: bool = False
-    """Convert the model's 4-D (convolution) weights to channels-last memory format (NHWC), which
-    oneDNN and cuDNN convolve faster; same values, other strides. No effect on MLPs. The model is
-    converted in place when the learner is made (the sampler acting with it then uses NHWC too)."""
 
     def __post_init__(self) -> None:
         _check_common(self)

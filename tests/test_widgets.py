@@ -119,13 +119,12 @@ def test_the_learner_picker_lists_this_machines_devices_and_two_gloo_learners_wi
     assert with_ddp["2 learners (gloo, cpu)"] == ("cpu:0", "cpu:1")
 
 
-def test_picking_a_gpu_on_a_machine_without_one_is_refused_with_the_reason(tmp_path):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")  # the refusal is what a CPU machine shows
+def test_picking_a_gpu_this_machine_lacks_is_refused_with_the_reason(tmp_path):
     run = make_run(tmp_path)
     panel = RunPanel(run)
-    panel._learner_choices["cuda:0"] = ("cuda:0",)  # as if listed by a stale picker
+    missing = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU (cuda:0 on a CPU machine)
+    panel._learner_choices[missing] = (missing,)  # as if listed by a stale picker
     panel.learner.options = list(panel._learner_choices)
-    panel.learner.value = "cuda:0"
+    panel.learner.value = missing
     assert "cuda" in panel.message.value.lower() and panel.learner.value == "cpu"
     assert run.settings.current.learner_devices == ("cpu",)

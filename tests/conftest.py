@@ -14,3 +14,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This process sees no GPU, whatever the machine has: the errors a CPU machine gives for a
+    GPU asked for are checked on every machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)

@@ -186,7 +186,7 @@ def test_batch_not_divisible_by_learners_names_the_fix(a2c_pair):
     assert_same_metrics(single.update(rollout), parallel.update(rollout))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.mark.usefixtures("no_gpu")
 def test_cuda_without_gpu_names_cpu():
     factory = functools.partial(A2C, make_model(), A2CConfig())
     with pytest.raises(ValueError, match="cpu"):

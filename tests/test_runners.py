@@ -367,7 +367,7 @@ def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_pat
     assert run.algo.config.num_minibatches == 2
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+@pytest.mark.usefixtures("no_gpu")
 def test_learner_devices_that_cannot_work_are_refused(tmp_path):
     run = make_run(tmp_path, iterations=3)
     with pytest.raises(ValueError, match="GPU"):

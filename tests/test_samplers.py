@@ -431,7 +431,7 @@ def test_unknown_env_id_raises_value_error_naming_the_fix(kind: str) -> None:
         make(kind, "CartPol-v1", num_envs=2, horizon=4)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.usefixtures("no_gpu")
 @pytest.mark.parametrize("kind", ["serial", "batched", "alternating"])
 def test_cuda_without_a_gpu_raises_value_error_naming_the_fix(kind: str) -> None:
     with pytest.raises(ValueError, match="device='cpu'"):

@@ -435,3 +435,113 @@ class EpsilonGreedy(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.q_network.act(obs, self.epsilon)
+
+
+# --------------------------------------------------------------------------------------------------
+# Continuous actions: DDPG's actor and critic (Ape-X DPG)
+
+__all__ += ["DeterministicPolicy", "ContinuousQ"]
+
+
+def _bounds(action_low: "Sequence[float] | torch.Tensor", action_high: "Sequence[float] | torch.Tensor"
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The action bounds as float32 ``[act_dim]`` tensors, checked: finite, ``low < high``."""
+    low = torch.as_tensor(action_low, dtype=torch.float32).detach().clone().reshape(-1)
+    high = torch.as_tensor(action_high, dtype=torch.float32).detach().clone().reshape(-1)
+    if low.shape != high.shape or low.numel() == 0:
+        raise ValueError(
+            f"action_low {tuple(low.shape)} and action_high {tuple(high.shape)} need one bound per "
+            "action dimension each: pass env.single_action_space.low and .high"
+        )
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all() and (low < high).all()):
+        raise ValueError(
+            f"action bounds must be finite with low < high, got low={low.tolist()}, "
+            f"high={high.tolist()}; a deterministic tanh policy needs a bounded Box action space"
+        )
+    return low, high
+
+
+class DeterministicPolicy(nn.Module):
+    """DDPG's actor ``mu(s)`` (Lillicrap et al. 2016, "Continuous control with deep RL",
+    https://arxiv.org/abs/1509.02971, Sec. 7): a ReLU MLP whose last layer goes through tanh and
+    is scaled to the action bounds, ``mu(s) = mid + half * tanh(f(s))`` with
+    ``mid = (high + low) / 2``, ``half = (high - low) / 2``.
+
+    The hidden layers have orthogonal init (gain sqrt(2), like every ``MLP`` trunk here); the last
+    layer is drawn from U(-3e-3, 3e-3) as in the paper, so the first policy is near the middle of
+    the action range and tanh is far from saturation.
+
+    Args:
+        obs_dim: size of one observation vector.
+        action_low, action_high: ``[act_dim]`` bounds (``env.single_action_space.low`` / ``.high``),
+            stored as buffers: they move with ``.to(device)`` and travel in ``state_dict``.
+        hidden: hidden layer sizes (256, 256 as in TD3, Fujimoto et al. 2018).
+
+    ``forward(obs)``: ``[B, obs_dim]`` or ``[T, B, obs_dim]`` -> float32 ``[*lead, act_dim]``
+    inside the bounds.
+    """
+
+    def __init__(self, obs_dim: int, action_low: "Sequence[float] | torch.Tensor",
+                 action_high: "Sequence[float] | torch.Tensor", hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        low, high = _bounds(action_low, action_high)
+        self.obs_shape: Shape = (int(obs_dim),)
+        self.action_dim = int(low.numel())
+        self.output_size = self.action_dim
+        self.trunk = MLP(int(obs_dim), hidden, nn.ReLU)
+        self.head = nn.Linear(self.trunk.output_size, self.action_dim)
+        nn.init.uniform_(self.head.weight, -3e-3, 3e-3)
+        nn.init.uniform_(self.head.bias, -3e-3, 3e-3)
+        self.register_buffer("action_low", low)
+        self.register_buffer("action_high", high)
+
+    @property
+    def action_scale(self) -> torch.Tensor:
+        """``(high - low) / 2``, ``[act_dim]``: tanh's unit in action units."""
+        return (self.action_high - self.action_low) / 2
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flat, lead = _flatten_batch(obs, self.obs_shape)
+        squashed = torch.tanh(self.head(self.trunk(flat)))
+        action = (self.action_high + self.action_low) / 2 + self.action_scale * squashed
+        return action.reshape(*lead, self.action_dim)
+
+
+class ContinuousQ(nn.Module):
+    """DDPG's critic ``Q(s, a)`` for continuous actions (Lillicrap et al. 2016, Sec. 7): a ReLU
+    MLP on the concatenation ``[s, a]`` (the action enters at the input, as in TD3, Fujimoto et al.
+    2018, rather than at the second layer as in the paper), one linear output drawn from
+    U(-3e-3, 3e-3).
+
+    Args:
+        obs_dim: size of one observation vector. action_dim: size of one action vector.
+        hidden: hidden layer sizes.
+
+    ``forward(obs, actions)``: ``[*lead, obs_dim]`` and ``[*lead, action_dim]`` (lead ``[B]`` or
+    ``[T, B]``) -> float32 ``[*lead]``.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        if isinstance(action_dim, bool) or int(action_dim) != action_dim or action_dim < 1:
+            raise ValueError(f"action_dim must be a positive int (env.single_action_space.shape[0]), "
+                             f"got {action_dim!r}")
+        self.obs_shape: Shape = (int(obs_dim),)
+        self.action_dim = int(action_dim)
+        self.output_size = 1
+        self.trunk = MLP(int(obs_dim) + self.action_dim, hidden, nn.ReLU)
+        self.head = nn.Linear(self.trunk.output_size, 1)
+        nn.init.uniform_(self.head.weight, -3e-3, 3e-3)
+        nn.init.uniform_(self.head.bias, -3e-3, 3e-3)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        flat, lead = _flatten_batch(obs, self.obs_shape)
+        if tuple(actions.shape) != (*lead, self.action_dim):
+            raise ValueError(
+                f"actions of shape {tuple(actions.shape)} do not match observations {tuple(obs.shape)}: "
+                f"expected {(*lead, self.action_dim)}, one action vector per observation "
+                f"(for a 1-D action space, actions[..., None])"
+            )
+        dtype = self.head.weight.dtype  # observations may arrive as float64 (numpy)
+        features = self.trunk(torch.cat([flat.to(dtype), actions.reshape(-1, self.action_dim).to(dtype)], dim=1))
+        return self.head(features).squeeze(-1).reshape(lead)

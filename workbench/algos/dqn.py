@@ -268,24 +268,10 @@ class DQN:
         Returns the metrics and each sample's new priority (|TD error|, or the cross-entropy for
         C51), ``[N]`` on the CPU.
         """
-        missing = [key for key in TRANSITION_KEYS if key not in batch]
-        if missing:
-            raise ValueError(f"DQN.learn: the batch lacks {missing}; it needs {list(TRANSITION_KEYS)} "
-                             "(NStepTransitions.add makes them).")
-        batch = {key: torch.as_tensor(batch[key]).to(self.device) for key in TRANSITION_KEYS}
-        actions = batch["actions"].long()
-        weights = (torch.ones(actions.shape[0], device=self.device) if weights is None
+        batch = self._on_device(batch)
+        weights = (torch.ones(batch["actions"].shape[0], device=self.device) if weights is None
                    else torch.as_tensor(weights, dtype=torch.float32, device=self.device))
-        if self.q_network.num_atoms > 1:
-            loss_per_sample, q_taken = self._categorical_loss(batch, actions)
-            priorities = loss_per_sample.detach()
-        else:
-            q_taken = self.q_network(batch["obs"]).gather(1, actions.unsqueeze(1)).squeeze(1)
-            with torch.no_grad():
-                target = batch["returns"] + batch["discounts"] * self._next_values(batch["next_obs"])
-            td_error = target - q_taken
-            loss_per_sample = F.smooth_l1_loss(q_taken, target, reduction="none")  # Huber, delta 1
-            priorities = td_error.detach().abs()
+        loss_per_sample, q_taken, priorities = self._losses(batch)
         loss = (weights * loss_per_sample).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -301,6 +287,50 @@ class DQN:
             "charts/q_values": q_taken.detach().mean().item(),
         }
         return metrics, priorities.cpu()
+
+    def _on_device(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        missing = [key for key in TRANSITION_KEYS if key not in batch]
+        if missing:
+            raise ValueError(f"DQN: the batch lacks {missing}; it needs {list(TRANSITION_KEYS)} "
+                             "(NStepTransitions.add makes them).")
+        return {key: torch.as_tensor(batch[key]).to(self.device) for key in TRANSITION_KEYS}
+
+    def _losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss, ``Q(s, a)`` and priority: Huber on the n-step TD error and |TD error|,
+        or for C51 the cross-entropy of Alg. 1, which is also its priority (Hessel et al. 2018)."""
+        actions = batch["actions"].long()
+        if self.q_network.num_atoms > 1:
+            loss_per_sample, q_taken = self._categorical_loss(batch, actions)
+            return loss_per_sample, q_taken, loss_per_sample.detach()
+        q_taken = self.q_network(batch["obs"]).gather(1, actions.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target = batch["returns"] + batch["discounts"] * self._next_values(batch["next_obs"])
+        loss_per_sample = F.smooth_l1_loss(q_taken, target, reduction="none")  # Huber, delta 1
+        return loss_per_sample, q_taken, (target - q_taken).detach().abs()
+
+    # --- what an Ape-X actor does with its copy of the networks ------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, exploration: "float | torch.Tensor") -> torch.Tensor:
+        """Epsilon-greedy actions ``[B]`` with one epsilon per row (``exploration``, ``[B]`` or a float)."""
+        return self.q_network.act(torch.as_tensor(obs).to(self.device), exploration)["action"]
+
+    @torch.no_grad()
+    def initial_priorities(self, transitions: dict[str, Any]) -> torch.Tensor:
+        """|TD error| of each transition under this agent's current networks, ``[N]`` on the CPU:
+        the priority an Ape-X actor computes before sending (Horgan et al. 2018, Sec. 3, Alg. 1
+        line 7). Nothing is trained and no counter moves."""
+        return self._losses(self._on_device(transitions))[2].cpu()
+
+    def actor_state(self) -> dict[str, torch.Tensor]:
+        """The parameters an actor needs: the online network (it acts and computes priorities
+        with it; its own copy serves as its target network too)."""
+        return {key: value.detach() for key, value in self.q_network.state_dict().items()}
+
+    def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load parameters an Ape-X learner published, into the online and the target network."""
+        self.q_network.load_state_dict(state)
+        self.target.load_state_dict(state)
 
     @torch.no_grad()
     def _next_action(self, next_obs: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ command, commit, machine and date, and per run the learning curve: env steps, fr
 return of the last 20 episodes and wall seconds, a point every ``--curve-every`` seconds (and
 the last one), plus how far it got (``stopped``: target, budget, time or interrupted). Exits 1 if
 any run missed its target. Later algorithms (the DQN family, Ape-X, SEED learners) join by adding
-a recipe.
+a recipe (Ape-X runs: ``workbench.apex.APEX_RECIPES``).
 """
 
 from __future__ import annotations
@@ -33,17 +33,23 @@ import record  # this folder is sys.path[0] when the script runs
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def all_recipes() -> dict:
+    """Sampler-driven recipes (``workbench.recipes``) and Ape-X runs (``workbench.apex``), by name."""
+    from workbench.apex import APEX_RECIPES
+    from workbench.recipes import RECIPES
+
+    return {**RECIPES, **APEX_RECIPES}
+
+
 def default_recipes() -> list[str]:
     """The recipes a plain run checks: those on vector observations (minutes, not hours)."""
     from workbench.envs import is_atari
-    from workbench.recipes import RECIPES
 
-    return [name for name, recipe in RECIPES.items() if not is_atari(recipe.env_id)]
+    return [name for name, recipe in all_recipes().items() if not is_atari(recipe.env_id)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from workbench.recipes import RECIPES
-
+    RECIPES = all_recipes()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipes", nargs="+", default=None, choices=list(RECIPES),
                         help=f"default: {' '.join(default_recipes())} (Atari recipes only when named)")
@@ -102,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from workbench.envs import AtariOptions, is_atari
-    from workbench.recipes import RECIPES
     from workbench.system import machine_info
+
+    RECIPES = all_recipes()
 
     machine = machine_info()
     report = {**record.provenance("learning"), "machine": dataclasses.asdict(machine),

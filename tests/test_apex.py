@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from workbench.algos.dqn import DQNConfig
-from workbench.apex import (Apex, ApexActor, ApexConfig, ReplayServer, actor_epsilons,
+from workbench.apex import (APEX_RECIPES, Apex, ApexActor, ApexConfig, ReplayServer, actor_epsilons,
                             actor_noise_scales, make_agent)
 from workbench.apex_backends import SharedParameters
 
@@ -252,15 +252,14 @@ def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data(
 
 @pytest.mark.slow
 def test_apex_dqn_with_four_actors_solves_cartpole():
-    # Stated budget: 475 (mean of the last 20 episodes of the actor exploring least) within 30,000
-    # learner updates of batch 64, with at most 16 samples trained per transition collected so the
-    # updates-per-step ratio does not depend on this machine's speed. Seen: 26k updates (103k env steps, 167 s on 2 cores).
-    config = cartpole_config(num_actors=4, model_options=dict(dueling=True, hidden=(256, 256)),
-                             learning_starts=1000, max_replay_ratio=32.0)
-    apex = Apex(config)
-    apex.train(max_updates=40_000, target_return=475.0, log_interval=2.0)
-    last = apex.metrics[-1]
-    assert last["return_least_exploring"] is not None and last["return_least_exploring"] >= 475.0, last
+    # The recipe: 4 actors, at most 32 samples trained per transition (so the updates per env step
+    # do not depend on this machine's speed). Stated: 475, the actor exploring least over its last
+    # 10 episodes, within 40,000 learner updates of batch 64. Seen: 26k updates (103k env steps).
+    recipe = APEX_RECIPES["apex-dqn-cartpole"]
+    result = recipe.run(seed=0)
+    last = result["rows"][-1]
+    assert result["stopped"] == "target", last
+    assert last["learner_updates"] <= 40_000, last
     assert len(last["per_actor"]) == 4 and all(a["transitions"] > 0 for a in last["per_actor"].values())
     explorations = [last["per_actor"][i]["exploration"] for i in range(4)]
     assert explorations == pytest.approx(actor_epsilons(4))
@@ -272,14 +271,9 @@ def test_apex_dpg_solves_pendulum_within_20k_env_steps():
     # learner; actors explore with Gaussian noise from 0.5 to 0.05 half-ranges. The learner keeps
     # one update of 128 per env step (min and max replay ratio 128), so the steps do not depend on
     # this machine's speed. Target: the last 20 episodes of all actors, noisy ones included.
-    from workbench.algos.ddpg import DDPGConfig
-
-    config = ApexConfig(env_id="Pendulum-v1", algo="ddpg", agent=DDPGConfig(n_step=3, batch_size=128, prioritized=True),
-                        model_options=dict(hidden=(128, 128)), num_actors=4, learning_starts=1000,
-                        max_replay_ratio=128.0, min_replay_ratio=128.0, seed=0)
-    apex = Apex(config)
-    apex.train(max_env_steps=20_000, target_return=-200.0, target_metric="return_all_actors", log_interval=2.0)
-    last = apex.metrics[-1]
-    assert last["return_all_actors"] >= -200.0 and last["env_steps"] <= 20_500, last
+    recipe = APEX_RECIPES["apex-dpg-pendulum"]
+    result = recipe.run(seed=0)
+    last = result["rows"][-1]
+    assert result["stopped"] == "target" and result["steps_to_target"] <= 20_500, last
     scales = [last["per_actor"][i]["exploration"] for i in range(4)]
     assert scales == pytest.approx(actor_noise_scales(4))

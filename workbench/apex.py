@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -45,7 +45,8 @@ import torch
 from workbench.control import RunSettings, Settings
 
 __all__ = [
-    "Apex", "ApexActor", "ApexConfig", "ReplayServer", "actor_epsilons", "actor_noise_scales", "make_agent",
+    "APEX_RECIPES", "Apex", "ApexActor", "ApexConfig", "ApexRecipe", "ReplayServer", "actor_epsilons",
+    "actor_noise_scales", "make_agent",
 ]
 
 BACKENDS = ("local", "ray")
@@ -583,3 +584,104 @@ class Apex:
         self._last_row_time, self._last_row = now, {**row, "added": stats["added"]}
         self.metrics.append(row)
         return row
+
+
+# --- recipes: Ape-X runs with a stated target, for tests and benchmarks/learning.py ------------------
+
+
+@dataclass
+class ApexRecipe:
+    """An Ape-X run with its target, in the shape of ``recipes.Recipe`` (``benchmarks/learning.py``
+    runs both). ``total_steps`` is the env-step budget; the target is met by ``target_metric``."""
+
+    name: str
+    config: ApexConfig
+    target_return: float
+    total_steps: int
+    target_metric: str = "return_least_exploring"
+    note: str = ""
+    torch_threads: int = 1
+    algorithm: type = field(default=None, init=False)  # set below: Apex
+
+    def __post_init__(self) -> None:
+        self.algorithm = Apex
+
+    @property
+    def env_id(self) -> str:
+        return self.config.env_id
+
+    sampler = "apex-local"
+
+    @property
+    def num_workers(self) -> int:
+        return self.config.num_actors
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_actors * self.config.envs_per_actor
+
+    @property
+    def horizon(self) -> int:
+        return self.config.block_steps
+
+    def run(self, seed: int, *, max_seconds: float | None = None,
+            on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Train until the target, the env-step budget or ``max_seconds``; returns
+        ``steps_to_target`` (None if not reached), ``stopped`` and the run's metric rows."""
+        apex = Apex(replace(self.config, seed=seed))
+        reached: dict[str, int] = {}
+
+        def row(r: dict[str, Any]) -> None:
+            value = r.get(self.target_metric)
+            if value is not None and value >= self.target_return and not reached:
+                reached["steps"] = r["env_steps"]
+            if on_update is not None:
+                episodes = sum(a["episodes"] for a in r["per_actor"].values())
+                on_update({"env_steps": r["env_steps"], "mean_return": value, "episodes": episodes,
+                           "seconds": r["time"], "learner_updates": r["learner_updates"]})
+
+        started = time.monotonic()
+        rows = apex.train(max_env_steps=self.total_steps, max_seconds=max_seconds, target_return=self.target_return,
+                          target_metric=self.target_metric, log_interval=2.0, on_row=row)
+        steps = reached.get("steps")
+        if steps is not None:
+            stopped = "target"
+        elif max_seconds is not None and time.monotonic() - started >= max_seconds:
+            stopped = "time"
+        else:
+            stopped = "budget"
+        return {"steps_to_target": steps, "stopped": stopped, "rows": rows}
+
+
+def _cartpole_apex() -> ApexConfig:
+    from workbench.algos.dqn import DQNConfig
+
+    return ApexConfig(env_id="CartPole-v1",
+                      agent=DQNConfig(n_step=3, double=True, batch_size=64, learning_rate=1e-3, adam_eps=1e-8,
+                                      replay_capacity=100_000, target_update_interval=256, prioritized=True,
+                                      priority_alpha=0.6, max_grad_norm=10.0),
+                      model_options=dict(dueling=True, hidden=(256, 256)), num_actors=4, learning_starts=1_000,
+                      max_replay_ratio=32.0)
+
+
+def _pendulum_apex_dpg() -> ApexConfig:
+    from workbench.algos.ddpg import DDPGConfig
+
+    return ApexConfig(env_id="Pendulum-v1", algo="ddpg", agent=DDPGConfig(n_step=3, batch_size=128, prioritized=True),
+                      model_options=dict(hidden=(128, 128)), num_actors=4, learning_starts=1_000,
+                      max_replay_ratio=128.0, min_replay_ratio=128.0)
+
+
+APEX_RECIPES: dict[str, ApexRecipe] = {
+    recipe.name: recipe for recipe in (
+        ApexRecipe(name="apex-dqn-cartpole", config=_cartpole_apex(), target_return=475.0, total_steps=200_000,
+                   note="4 actors (epsilons 0.4 ** (1 + 7 i / 3)), dueling double 3-step DQN, batch 64, at most 32 "
+                        "samples trained per transition; target met by the actor exploring least (last 10 "
+                        "episodes). Seen: 26k learner updates, 103k env steps, 167 s on 2 cores."),
+        ApexRecipe(name="apex-dpg-pendulum", config=_pendulum_apex_dpg(), target_return=-200.0, total_steps=20_000,
+                   target_metric="return_all_actors",
+                   note="Ape-X DPG (Sec. 3.2): 4 actors with Gaussian noise 0.5 -> 0.05 half-ranges, 3-step "
+                        "DDPG learner, one update of 128 per env step (min = max replay ratio); target met by "
+                        "the last 20 episodes of all actors."),
+    )
+}

@@ -93,6 +93,24 @@ def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
     actor.close()
 
 
+def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_thread):
+    config = ApexConfig(env_id="ALE/Pong-v5", agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+                        num_actors=2, max_actors=2, block_steps=10, learning_starts=100, replay_capacity=10_000)
+    actor = ApexActor(config, index=1, exploration=1.0)
+    block = actor.collect()
+    steps = block["steps"]
+    assert steps["obs"].shape == (10, 1, 4, 84, 84) and steps["obs"].dtype == np.uint8
+    assert steps["env_ids"].tolist() == [1]  # actor 1's env is stream 1 of the central storage
+    # Windows that run past the block (no episode ends in 10 Pong steps) have no priority yet.
+    n = config.agent.n_step
+    assert np.isfinite(block["priorities"][: 10 - (n - 1)]).all()
+    assert np.isnan(block["priorities"][10 - (n - 1):]).all()
+    actor.close()
+    server = ReplayServer(config)
+    server.add_block(block)
+    assert len(server.replay) == 10 and type(server.replay.storage).__name__ == "FrameStorage"
+
+
 # --- the central replay ---------------------------------------------------------------------------
 
 
@@ -277,3 +295,15 @@ def test_apex_dpg_solves_pendulum_within_20k_env_steps():
     assert result["stopped"] == "target" and result["steps_to_target"] <= 20_500, last
     scales = [last["per_actor"][i]["exploration"] for i in range(4)]
     assert scales == pytest.approx(actor_noise_scales(4))
+
+
+@pytest.mark.slow
+def test_apex_on_pong_feeds_frames_to_the_learner():
+    config = ApexConfig(env_id="ALE/Pong-v5", agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+                        model_options=dict(dueling=True), num_actors=2, max_actors=2, learning_starts=300,
+                        replay_capacity=10_000, seed=0)
+    apex = Apex(config)
+    apex.train(max_updates=10, max_seconds=240, log_interval=1.0)
+    last = apex.metrics[-1]
+    assert last["learner_updates"] == 10 and set(last["per_actor"]) == {0, 1}
+    assert np.isfinite(last["losses/q"])

@@ -154,6 +154,14 @@ class ApexConfig:
         return 4 if is_atari(self.env_id) else 1
 
     @property
+    def frame_storage(self) -> bool:
+        """Atari: actors send steps and the replay keeps each frame once (``replay.FrameStorage``),
+        rebuilding stacks and n-step windows by index (7 KB per step against 56 KB)."""
+        from workbench.envs import is_atari
+
+        return is_atari(self.env_id)
+
+    @property
     def parameter_sync_steps(self) -> int:
         """Agent steps per env between parameter refreshes."""
         return max(1, self.parameter_sync_frames // self.frame_skip)
@@ -271,16 +279,38 @@ class ApexActor:
                           terminated=torch.stack(terminated), truncated=torch.stack(truncated),
                           truncation_values=torch.zeros(steps, num_envs), policy_outputs={},
                           next_obs=torch.as_tensor(self.obs))
-        transitions = self.nstep.add(rollout)
-        priorities = self.agent.initial_priorities(transitions) if len(transitions["actions"]) else torch.zeros(0)
-        # numpy, not tensors, cross to the replay: torch's shared-memory handover fetches a file
-        # descriptor per tensor through a socket, which costs more than copying a small block.
-        transitions = {key: value.numpy() for key, value in transitions.items()}
         self.env_steps += steps * num_envs
         self.steps_since_sync += steps
-        return {"actor": self.index, "transitions": transitions, "priorities": priorities.numpy(),
-                "env_steps": steps * num_envs, "episode_returns": returns, "exploration": self.exploration,
-                "parameter_version": self.parameter_version}
+        block = {"actor": self.index, "env_steps": steps * num_envs, "episode_returns": returns,
+                 "exploration": self.exploration, "parameter_version": self.parameter_version}
+        if self.config.frame_storage:
+            block.update(self._frame_block(rollout))
+        else:
+            transitions = self.nstep.add(rollout)
+            priorities = self.agent.initial_priorities(transitions) if len(transitions["actions"]) else torch.zeros(0)
+            # numpy, not tensors, cross to the replay: torch's shared-memory handover fetches a
+            # file descriptor per tensor through a socket, which costs more than copying a block.
+            block["transitions"] = {key: value.numpy() for key, value in transitions.items()}
+            block["priorities"] = priorities.numpy()
+        return block
+
+    def _frame_block(self, rollout: Any) -> dict[str, Any]:
+        """Atari: the block's steps for ``FrameStorage`` (which builds the windows itself), with a
+        priority per step from the windows that end inside this block; a window that runs past it
+        gets NaN, which the replay turns into its largest priority (Schaul et al. 2016's rule for
+        data not yet seen by a network)."""
+        from workbench.algos.dqn import NStepTransitions
+
+        nstep = NStepTransitions(self.config.agent.n_step, self.config.agent.gamma)  # this block only
+        transitions = nstep.add(rollout)
+        priorities = np.full(tuple(rollout.rewards.shape), np.nan, dtype=np.float32)
+        if len(transitions["actions"]):
+            priorities[nstep.kept.numpy()] = self.agent.initial_priorities(transitions).numpy()
+        num_envs = self.config.envs_per_actor
+        steps = {"obs": rollout.obs.numpy(), "actions": rollout.actions.numpy(), "rewards": rollout.rewards.numpy(),
+                 "terminated": rollout.terminated.numpy(), "truncated": rollout.truncated.numpy(),
+                 "env_ids": np.arange(self.index * num_envs, (self.index + 1) * num_envs)}
+        return {"steps": steps, "priorities": priorities.reshape(-1)}
 
     def close(self) -> None:
         self.env.close()
@@ -292,11 +322,18 @@ class ReplayServer:
     It also counts what each actor contributed."""
 
     def __init__(self, config: ApexConfig) -> None:
-        from workbench.replay import PrioritizedReplay
+        from workbench.replay import FrameStorage, PrioritizedReplay
 
         self.config = config
-        self.replay = PrioritizedReplay(config.replay_capacity, alpha=config.priority_alpha,
-                                        beta=config.priority_beta, seed=config.seed)
+        storage = None
+        if config.frame_storage:  # one stream per env of every actor the run may grow to
+            streams = config.max_actors * config.envs_per_actor
+            storage = FrameStorage(config.replay_capacity // streams * streams, num_envs=streams,
+                                   n_step=config.agent.n_step, gamma=config.agent.gamma)
+        self.replay = PrioritizedReplay(config.replay_capacity if storage is None else storage.capacity,
+                                        alpha=config.priority_alpha, beta=config.priority_beta,
+                                        storage=storage, seed=config.seed)
+        self.max_priority = 1.0  # the largest |TD| seen, for steps whose windows no actor could see
         self.added = 0
         self.sampled = 0
         self.per_actor: dict[int, dict[str, Any]] = {}
@@ -304,10 +341,14 @@ class ReplayServer:
 
     def add_block(self, block: dict[str, Any]) -> int:
         """Add one actor block; returns the replay's size."""
-        transitions = block["transitions"]
-        count = len(transitions["actions"])
+        data = block["steps"] if "steps" in block else block["transitions"]
+        priorities = np.asarray(block["priorities"], dtype=np.float64)
+        count = len(priorities)
         if count:
-            self.replay.add(transitions, block["priorities"])
+            known = ~np.isnan(priorities)
+            if known.any():
+                self.max_priority = max(self.max_priority, float(priorities[known].max()))
+            self.replay.add(data, np.where(known, priorities, self.max_priority))
         self.added += count
         stats = self.per_actor.setdefault(block["actor"], {"transitions": 0, "env_steps": 0, "episodes": 0,
                                                            "returns": deque(maxlen=20)})
@@ -341,8 +382,11 @@ class ReplayServer:
         self.sampled += batch_size
         return batch, indices, weights
 
-    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
-        self.replay.update_priorities(np.asarray(indices), np.asarray(priorities, dtype=np.float64))
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if len(priorities):
+            self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.replay.update_priorities(np.asarray(indices), priorities)
 
     def take_stats(self) -> dict[str, Any]:
         """Counters, and the episodes (actor, return) that ended since the last call."""

@@ -180,6 +180,7 @@ class NStepTransitions:
             active = step & ~done
         complete = ended | (window == n)
         keep = complete & ~hit_truncation & ~steps["emitted"]
+        self.kept = keep  # [L, B] over the pending rows and this rollout's: which windows were emitted
         steps["emitted"] = steps["emitted"] | complete
 
         next_index = (t + window - 1).clamp(min=0)  # obs_{t+m} = obs_after[t + m - 1]

@@ -645,6 +645,8 @@ class ApexRecipe:
     target_metric: str = "return_least_exploring"
     note: str = ""
     torch_threads: int = 1
+    device: str = "cpu"
+    """The learner's device (``"auto"``: the GPU when there is one)."""
     algorithm: type = field(default=None, init=False)  # set below: Apex
 
     def __post_init__(self) -> None:
@@ -672,7 +674,7 @@ class ApexRecipe:
             on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Train until the target, the env-step budget or ``max_seconds``; returns
         ``steps_to_target`` (None if not reached), ``stopped`` and the run's metric rows."""
-        apex = Apex(replace(self.config, seed=seed))
+        apex = Apex(replace(self.config, seed=seed), device=self.device)
         reached: dict[str, int] = {}
 
         def row(r: dict[str, Any]) -> None:
@@ -716,6 +718,21 @@ def _pendulum_apex_dpg() -> ApexConfig:
                       max_replay_ratio=128.0, min_replay_ratio=128.0)
 
 
+def _pong_apex() -> ApexConfig:
+    from workbench.algos.dqn import DQNConfig
+
+    # The paper's learner (Appendix C: 3-step double dueling DQN, Adam lr 0.00025 / 4, target copied
+    # every 2,500 updates, alpha 0.6, beta 0.4) at one machine's scale: 8 actors x 4 envs, batch 256,
+    # a 1M-step frame-once replay (7 GB), at most 8 samples trained per step (DQN's ratio).
+    return ApexConfig(env_id="ALE/Pong-v5",
+                      agent=DQNConfig(n_step=3, double=True, batch_size=256, learning_rate=0.00025 / 4,
+                                      adam_eps=1.5e-4, target_update_interval=2_500, max_grad_norm=40.0,
+                                      prioritized=True, replay_capacity=1_000_000),
+                      model_options=dict(dueling=True), num_actors=8, envs_per_actor=4, block_steps=50,
+                      replay_capacity=1_000_000, learning_starts=50_000, max_replay_ratio=8.0,
+                      learner_threads=2)
+
+
 APEX_RECIPES: dict[str, ApexRecipe] = {
     recipe.name: recipe for recipe in (
         ApexRecipe(name="apex-dqn-cartpole", config=_cartpole_apex(), target_return=475.0, total_steps=200_000,
@@ -727,5 +744,10 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
                    note="Ape-X DPG (Sec. 3.2): 4 actors with Gaussian noise 0.5 -> 0.05 half-ranges, 3-step "
                         "DDPG learner, one update of 128 per env step (min = max replay ratio); target met by "
                         "the last 20 episodes of all actors."),
+        ApexRecipe(name="apex-dqn-pong", config=_pong_apex(), target_return=18.0, total_steps=2_500_000,
+                   device="auto", torch_threads=2,
+                   note="Ape-X DQN on Pong (sticky actions, -v5): 10M frames budget, learner on the GPU when "
+                        "there is one. Not yet run to its target here (no GPU was lent); an hour on a CPU: "
+                        "benchmarks/learning.py --recipes apex-dqn-pong --seeds 0 --max-seconds 3600."),
     )
 }

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from workbench.apex import ApexActor, ApexConfig, ReplayServer
+from workbench.workers import WORKER_TIMEOUT
 
 __all__ = ["LocalBackend", "RayBackend", "SharedParameters", "import_ray"]
 
@@ -99,6 +100,7 @@ def _replay_main(config: ApexConfig, learner: Any, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     server = ReplayServer(config)
+    learner.send(("ready", True))
     actors: dict[Any, int] = {}  # connection -> actor index
     pending_samples: deque[int] = deque()
     try:
@@ -159,6 +161,13 @@ class LocalBackend:
         self.actors: dict[int, Any] = {}
         self.pending_batches = 0
         self._batches: deque = deque()
+        try:
+            if self._receive("ready", WORKER_TIMEOUT) is None:
+                raise TimeoutError(f"the Ape-X replay process did not start in {WORKER_TIMEOUT:.0f} s; "
+                                   "the machine may be overloaded: fewer actors, or wait for other work to end.")
+        except BaseException:
+            self.close()
+            raise
 
     # actors
     def set_explorations(self, values: list[float]) -> None:
@@ -209,9 +218,10 @@ class LocalBackend:
 
     def stats(self) -> dict[str, Any]:
         self.learner_conn.send(("stats",))
-        stats = self._receive("stats", 30.0)
+        stats = self._receive("stats", WORKER_TIMEOUT)
         if stats is None:
-            raise RuntimeError("the Ape-X replay process did not answer in 30 s; the machine may be overloaded.")
+            raise TimeoutError(f"the Ape-X replay process did not answer in {WORKER_TIMEOUT:.0f} s; the machine "
+                               "may be overloaded: fewer actors, or wait for other work to end.")
         return stats
 
     def _receive(self, wanted: str, timeout: float) -> Any:

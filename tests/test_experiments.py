@@ -80,8 +80,9 @@ def test_busy_cores_spin_while_the_block_runs_and_end_with_it():
     with experiments.busy_cores(1) as pids:
         spinner = psutil.Process(pids[0])
         spinner.cpu_percent()
-        time.sleep(0.5)
-        assert spinner.cpu_percent() > 20  # it spins (the other tests may share the core)
+        time.sleep(1.0)
+        # It spins: an idle process shows ~0 %; on a loaded machine a spinner's share can fall to 20 %.
+        assert spinner.cpu_percent() > 5
     assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
 
 

@@ -41,6 +41,22 @@ class Budget:
     """Env steps per run of the A2C batch-size study."""
     async_iterations: int
     """Iterations of PPO on Pong per mode in the sync-against-async comparison (notebook 04)."""
+    dqn_variant_steps: int
+    """Env steps per member of the DQN family on CartPole (notebook 05)."""
+    dqn_batch_sizes: tuple[int, ...]
+    """Batch sizes of the large-batch DQN study (notebook 05)."""
+    dqn_batch_steps: int
+    """Env steps per run of the large-batch DQN study."""
+    apex_actor_counts: tuple[int, ...]
+    """Actor counts of the Ape-X throughput study (notebook 06)."""
+    apex_measure_seconds: float
+    """Seconds measured per actor count in that study, after each run's warm-up."""
+    apex_target_return: float
+    """Return the Ape-X CartPole run of notebook 06 must reach (its actor exploring least)."""
+    apex_max_seconds: float
+    """Wall-clock limit of that run."""
+    apex_live_seconds: float
+    """Wall-clock limit of notebook 06's live Ape-X run (its cells stop it sooner)."""
 
 
 _BUDGETS = {
@@ -59,6 +75,14 @@ _BUDGETS = {
         a2c_batch_shapes=((8, 5), (32, 5), (128, 5)),
         a2c_study_steps=60_000,
         async_iterations=4,
+        dqn_variant_steps=12_000,
+        dqn_batch_sizes=(64, 512, 2048),
+        dqn_batch_steps=12_000,
+        apex_actor_counts=(1, 2, 4),
+        apex_measure_seconds=3.0,
+        apex_target_return=200.0,
+        apex_max_seconds=300.0,
+        apex_live_seconds=120.0,
     ),
     "full": Budget(
         name="full",
@@ -75,6 +99,14 @@ _BUDGETS = {
         a2c_batch_shapes=((8, 5), (32, 5), (128, 5), (512, 5)),
         a2c_study_steps=400_000,
         async_iterations=20,
+        dqn_variant_steps=100_000,
+        dqn_batch_sizes=(32, 64, 128, 256, 512, 1024, 2048),
+        dqn_batch_steps=100_000,
+        apex_actor_counts=(1, 2, 4, 8, 16),
+        apex_measure_seconds=20.0,
+        apex_target_return=475.0,
+        apex_max_seconds=900.0,
+        apex_live_seconds=900.0,
     ),
 }
 

@@ -21,6 +21,9 @@ __all__ = [
     "throughput_table",
     "stage_shares",
     "stage_breakdown",
+    "apex_actor_bars",
+    "apex_actors",
+    "apex_throughput",
 ]
 
 #: One color per stage of a collect, the same in every chart of the course.
@@ -267,4 +270,76 @@ def learning_curves(curves: Sequence, *, title: str | None = None, target: float
     fig.update_xaxes(title_text="wall seconds", row=1, col=2)
     fig.update_yaxes(title_text="mean return, last 20 episodes", row=1, col=1)
     fig.update_layout(title=title, height=380, margin=dict(l=60, r=20, t=60, b=50))
+    return fig
+
+
+# --- Ape-X (notebook 06) --------------------------------------------------------------------------
+
+
+def apex_actor_bars(per_actor: dict) -> dict[str, list]:
+    """What a bar chart of Ape-X's actors needs, from a metrics row's ``per_actor`` (actor index ->
+    ``transitions``, ``exploration``, ``mean_return`` ...): labels ``"actor i<br>ε=..."``, the
+    transitions each sent, their mean returns (None: no episode yet) and one color per actor, from
+    red (explores most) to blue (least), by ``log ε``."""
+    indices = sorted(per_actor)
+    explorations = [per_actor[i].get("exploration") for i in indices]
+    logs = [np.log(e) for e in explorations if e]
+    low, high = (min(logs), max(logs)) if logs else (0.0, 0.0)
+    colors = []
+    for e in explorations:
+        share = 0.5 if not e or high == low else (np.log(e) - low) / (high - low)  # 1: explores most
+        colors.append(f"rgb({int(40 + 200 * share)}, {int(90 + 30 * (1 - abs(2 * share - 1)))}, {int(40 + 200 * (1 - share))})")
+    return {
+        "labels": [f"actor {i}<br>ε={e:.3g}" if e is not None else f"actor {i}" for i, e in zip(indices, explorations)],
+        "transitions": [per_actor[i]["transitions"] for i in indices],
+        "returns": [per_actor[i].get("mean_return") for i in indices],
+        "colors": colors,
+    }
+
+
+def apex_actors(per_actor: dict, *, title: str | None = None) -> go.Figure:
+    """Per Ape-X actor (a metrics row's ``per_actor``): the transitions it sent to the central
+    replay (left) and the mean return of its last episodes (right), labelled and colored by its ε."""
+    bars = apex_actor_bars(per_actor)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("transitions sent to the replay",
+                                                        "mean return, its last 20 episodes"))
+    fig.add_trace(go.Bar(x=bars["labels"], y=bars["transitions"], marker_color=bars["colors"], showlegend=False,
+                         hovertemplate="%{x}<br>%{y:,} transitions<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=bars["labels"], y=bars["returns"], marker_color=bars["colors"], showlegend=False,
+                         hovertemplate="%{x}<br>return %{y:.1f}<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(title_text="transitions", row=1, col=1)
+    fig.update_yaxes(title_text="return", row=1, col=2)
+    fig.update_layout(title=title, height=360, margin=dict(l=60, r=20, t=60, b=60))
+    return fig
+
+
+def apex_throughput(results: Sequence, *, title: str | None = None) -> go.Figure:
+    """Ape-X throughput against the number of actors (``experiments.ApexThroughput`` rows): data
+    into the central replay (transitions/s, left) and the learner's pace (updates/s, right, with
+    samples trained per transition added on hover)."""
+    actors = [r.num_actors for r in results]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("into the replay: transitions per second",
+                                                        "the learner: updates per second"),
+                        horizontal_spacing=0.1)
+    fig.add_trace(go.Scatter(x=actors, y=[r.transitions_per_second for r in results], mode="lines+markers",
+                             name="transitions/s", line_color="#1f77b4",
+                             hovertemplate="%{x} actors<br>%{y:,.0f} transitions/s<extra></extra>"), row=1, col=1)
+    if actors:
+        base = results[0].transitions_per_second / actors[0]
+        fig.add_trace(go.Scatter(x=actors, y=[base * a for a in actors], mode="lines", name="linear in actors",
+                                 line=dict(color="#888", dash="dash"), hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=actors, y=[r.updates_per_second for r in results], mode="lines+markers",
+                             name="learner updates/s", line_color="#2ca02c",
+                             customdata=[[r.samples_per_second, r.replay_ratio] for r in results],
+                             hovertemplate="%{x} actors<br>%{y:,.0f} updates/s (%{customdata[0]:,.0f} samples/s)"
+                                           "<br>%{customdata[1]:.1f} samples trained per transition<extra></extra>"),
+                  row=1, col=2)
+    for col in (1, 2):
+        fig.update_xaxes(title_text="actors", type="log", tickvals=actors, ticktext=[str(a) for a in actors],
+                         row=1, col=col)
+        fig.update_yaxes(rangemode="tozero", row=1, col=col)
+    fig.update_yaxes(title_text="transitions/s", row=1, col=1)
+    fig.update_yaxes(title_text="updates/s", row=1, col=2)
+    fig.update_layout(title=title, height=380, margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=-0.2))
     return fig

@@ -7,6 +7,9 @@ panel, not as a traceback.
 
 :class:`RunPanel` steers a running :class:`workbench.runners.Run`: its controls write the run's
 settings, which the run applies at its next iteration boundary; its charts redraw as the run goes.
+
+:class:`ApexPanel` does the same for an Ape-X run (:class:`workbench.apex.Apex`): an actors slider,
+Start and Stop, and live charts of return, throughput and what each actor sent to the replay.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import plotly.graph_objects as go
 from workbench import budget as budget_module
 from workbench import samplers, throughput
 
-__all__ = ["SamplerPanel", "RunPanel", "learner_choices"]
+__all__ = ["SamplerPanel", "RunPanel", "ApexPanel", "learner_choices"]
 
 #: One color per sampler kind, the same in every chart of the course.
 SAMPLER_COLORS = {
@@ -575,3 +578,263 @@ def _figure(title: str, *, xaxes: tuple[str, ...], yaxis: str, traces: list, row
     figure.update_layout(title=title, height=320, margin=dict(l=60, r=20, t=60, b=50),
                          legend=dict(orientation="h", y=-0.25))
     return figure
+
+
+# --------------------------------------------------------------------------------------------------
+# The Ape-X panel (notebook 06)
+
+_APEX_ENDED = ("stopped", "finished", "failed")
+
+
+class ApexPanel:
+    """Watch an Ape-X run (:class:`workbench.apex.Apex`) and add or remove actors while it goes.
+
+    An *actors* slider (1 to ``config.max_actors``) calls ``apex.set_num_actors``: the learner
+    applies it at its next step, starting or ending actor processes and giving every actor its
+    epsilon for the new count (Horgan et al. 2018, Sec. 4.1). Start and Stop buttons, a status
+    line, and live charts: the return of all actors and of the actor exploring least against env
+    steps; transitions/s into the replay and learner updates/s against wall time; and one bar per
+    actor, the transitions it sent, colored and labelled by its epsilon (grey: an actor no longer
+    running). Actor changes and restarts of dead actors are dashed lines on the line charts.
+
+    The charts redraw from a background thread every ``refresh_seconds`` while the run goes, so
+    the cell that shows the panel returns at once (as :class:`RunPanel`'s do).
+
+    Args:
+        apex: the run (started with ``panel.start()`` or the Start button).
+        limits: ``Apex.train`` limits for Start (default ``max_seconds`` from
+            ``budget.current().apex_live_seconds``).
+        refresh_seconds: seconds between redraws.
+
+    Attributes:
+        widget: the whole panel (an ``ipywidgets.VBox``).
+        actors, buttons: the controls.
+        return_figure, rate_figure, actor_figure: the live ``go.FigureWidget`` charts.
+        status, message: HTML lines: the run's state, and the last refusal or error.
+        events: the events drawn so far (``Apex.events`` entries).
+    """
+
+    def __init__(self, apex: Any, *, limits: dict | None = None, refresh_seconds: float = 0.5) -> None:
+        import threading
+
+        from plotly.subplots import make_subplots
+
+        self.apex = apex
+        self.limits = dict(limits) if limits else {"max_seconds": budget_module.current().apex_live_seconds}
+        self.refresh_seconds = refresh_seconds
+        self.events: list[dict] = []
+        self._event_keys: set = set()
+        self._drawn = 0  # rows of apex.metrics already drawn
+        self._time_offset = 0.0  # a restarted run counts its time from 0 again; the charts go on
+        self._last_time = 0.0
+        self._draw_lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._syncing = False
+
+        self.status = widgets.HTML()
+        self.status.add_class("workbench-status")
+        self.message = widgets.HTML()
+        self.message.add_class("workbench-message")
+        self.actors = widgets.IntSlider(value=apex.settings.current.num_actors, min=1, max=apex.config.max_actors,
+                                        description="actors", continuous_update=False,
+                                        style={"description_width": "60px"})
+        self.actors.add_class("workbench-actors")
+        self.actors.observe(self._on_actors, names="value")
+        self.buttons = {}
+        for name, icon, style in (("start", "play", "primary"), ("stop", "stop", "danger")):
+            button = widgets.Button(description=name.capitalize(), icon=icon, button_style=style,
+                                    layout=widgets.Layout(width="100px"))
+            button.add_class(f"workbench-{name}")
+            button.on_click(lambda _, name=name: self._press(name))
+            self.buttons[name] = button
+
+        self.return_figure = _figure(
+            f"Ape-X on {apex.config.env_id}: episode return", xaxes=("env steps",), yaxis="return",
+            traces=[go.Scatter(x=[], y=[], mode="lines+markers", name="all actors (last 20 episodes)",
+                               line_color="#7f7f7f", marker_size=4),
+                    go.Scatter(x=[], y=[], mode="lines+markers", name="actor exploring least (last 10)",
+                               line_color="#1f77b4", marker_size=4)],
+        )
+        rates = go.FigureWidget(make_subplots(specs=[[{"secondary_y": True}]]))
+        rates.add_trace(go.Scatter(x=[], y=[], mode="lines", name="transitions/s into replay", line_color="#ff7f0e"),
+                        secondary_y=False)
+        rates.add_trace(go.Scatter(x=[], y=[], mode="lines", name="learner updates/s", line_color="#2ca02c"),
+                        secondary_y=True)
+        rates.update_xaxes(title_text="wall seconds")
+        rates.update_yaxes(title_text="transitions/s", rangemode="tozero", secondary_y=False)
+        rates.update_yaxes(title_text="updates/s", rangemode="tozero", secondary_y=True)
+        rates.update_layout(title="throughput", height=320, margin=dict(l=60, r=60, t=60, b=50),
+                            legend=dict(orientation="h", y=-0.25))
+        self.rate_figure = rates
+        self.actor_figure = go.FigureWidget(
+            data=[go.Bar(x=[], y=[], marker_color=[], hovertemplate="%{x}<br>%{y:,} transitions<extra></extra>")],
+            layout=go.Layout(title="transitions sent, per actor (red: explores most; grey: stopped)",
+                             yaxis=dict(title="transitions", rangemode="tozero"), height=320,
+                             margin=dict(l=60, r=20, t=60, b=70)),
+        )
+        charts = []
+        for figure, name in ((self.return_figure, "return"), (self.rate_figure, "rates"),
+                             (self.actor_figure, "actors")):
+            box = widgets.Box([figure], layout=widgets.Layout(width="100%"))
+            box.add_class(f"workbench-chart-{name}")
+            charts.append(box)
+        controls = widgets.HBox([self.actors, *self.buttons.values()])
+        self.widget = widgets.VBox([self.status, controls, self.message, charts[0],
+                                    widgets.HBox([charts[1], charts[2]])])
+        self.widget.add_class("workbench-apex-panel")
+        self.refresh()
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def start(self, **limits: Any) -> "ApexPanel":
+        """Start the run in its background thread (``limits``: ``Apex.train``'s, default the
+        panel's) and the redraws; returns the panel (to show it)."""
+        self.apex.start(**(limits or self.limits))
+        self._watch()
+        self.refresh()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """Stop the run and wait (up to ``timeout`` seconds) for its processes to end; returns its status."""
+        self.apex.stop(timeout)
+        if self._watcher is not None:
+            self._watcher.join(timeout)
+        self.refresh()
+        return self.apex.status
+
+    def _press(self, name: str) -> None:
+        try:
+            if name == "start":
+                self.start()
+            else:
+                self.apex.stop(timeout=0)  # the button returns at once; the run ends in its thread
+            self._say("")
+        except Exception as error:  # e.g. Start while the run goes: say so
+            self._say(f"{name}: {type(error).__name__}: {error}", "#b00020")
+        self.refresh()
+
+    def _on_actors(self, change: dict) -> None:
+        if self._syncing:
+            return
+        try:
+            self.apex.set_num_actors(int(change["new"]))
+            self._say(f"asked for {change['new']} actors: the learner applies it at its next step")
+        except Exception as error:  # refused: say why and move the slider back
+            self._say(f"not applied: {error}", "#b00020")
+            self._syncing = True
+            try:
+                self.actors.value = self.apex.settings.current.num_actors
+            finally:
+                self._syncing = False
+        self.refresh()
+
+    def _say(self, text: str, color: str = "#555") -> None:
+        self.message.value = SamplerPanel._note(text, color) if text else ""
+
+    # --- drawing ----------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Redraw every ``refresh_seconds`` until the run ends (one thread at a time)."""
+        import threading
+
+        if self._watcher is not None and self._watcher.is_alive():
+            return
+
+        def watch() -> None:
+            seen_running = False
+            while True:
+                status = self.apex.status
+                seen_running = seen_running or status == "running"
+                ended = (seen_running and status in _APEX_ENDED) or self.apex.error is not None
+                self.refresh()
+                if ended:
+                    return
+                time.sleep(self.refresh_seconds)
+
+        self._watcher = threading.Thread(target=watch, name="workbench-apex-panel", daemon=True)
+        self._watcher.start()
+
+    def refresh(self) -> None:
+        """Draw the rows recorded since the last redraw and update the status line."""
+        with self._draw_lock:
+            rows = self.apex.metrics[self._drawn:]
+            self._drawn += len(rows)
+            if rows:
+                self._extend(rows)
+            self._update_status()
+
+    def _extend(self, rows: list[dict]) -> None:
+        seconds = []
+        for row in rows:
+            if row["time"] < self._last_time:  # the run was started again
+                self._time_offset += self._last_time
+            self._last_time = row["time"]
+            seconds.append(row["time"] + self._time_offset)
+        with self.return_figure.batch_update():
+            for trace, key in zip(self.return_figure.data, ("return_all_actors", "return_least_exploring")):
+                points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
+                if points:
+                    _append(trace, [x for x, _ in points], [y for _, y in points])
+        with self.rate_figure.batch_update():
+            _append(self.rate_figure.data[0], seconds, [row["transitions_per_second"] for row in rows])
+            _append(self.rate_figure.data[1], seconds, [row["updates_per_second"] for row in rows])
+        for row, second in zip(rows, seconds):
+            for event in row.get("events", ()):
+                self._mark(event, row, second - row["time"])
+        last = rows[-1]
+        from workbench.plots import apex_actor_bars
+
+        bars = apex_actor_bars(last["per_actor"])
+        colors = [color if index < last["num_actors"] else "#c7c7c7"
+                  for index, color in zip(sorted(last["per_actor"]), bars["colors"])]
+        with self.actor_figure.batch_update():
+            bar = self.actor_figure.data[0]
+            bar.x, bar.y, bar.marker.color = bars["labels"], bars["transitions"], colors
+
+    def _mark(self, event: dict, row: dict, offset: float) -> None:
+        """A dashed line where the event happened: at the row's env step and at the event's time."""
+        key = tuple(sorted((k, repr(v)) for k, v in event.items()))  # a restarted run lists old events again
+        if key in self._event_keys:
+            return
+        self._event_keys.add(key)
+        self.events.append(event)
+        if event["event"] == "actors":
+            label = f"actors {event['old']}→{event['new']}"
+        elif event["event"] == "restart":
+            label = f"actor {event['actor']} restarted"
+        else:
+            label = event["event"]
+        self.return_figure.add_vline(x=row["env_steps"], line_dash="dash", line_color="#888",
+                                     annotation_text=label, annotation_font_size=10)
+        self.rate_figure.add_vline(x=event["time"] + offset, line_dash="dash", line_color="#888",
+                                   annotation_text=label, annotation_font_size=10)
+
+    def _update_status(self) -> None:
+        apex = self.apex
+        status = apex.status
+        rows = apex.metrics[-1:]
+        parts = [f"<b>{html.escape(status)}</b>"]
+        if rows:
+            row = rows[0]
+            parts += [f"{row['time']:.0f} s", f"{row['num_actors']} actors",
+                      f"{row['learner_updates']:,} learner updates", f"{row['env_steps']:,} env steps",
+                      f"replay {row['replay_size']:,}", f"{row['transitions_per_second']:,.0f} transitions/s",
+                      f"{row['updates_per_second']:,.0f} updates/s"]
+            if row.get("return_least_exploring") is not None:
+                parts.append(f"return (exploring least) {row['return_least_exploring']:.0f}")
+        else:
+            parts.append(f"{apex.settings.current.num_actors} actors")
+        if apex.restarts:
+            parts.append(f"{apex.restarts} restart(s)")
+        if apex.error is not None:
+            parts.append(f'<span style="color:#b00020">{html.escape(type(apex.error).__name__)}: '
+                         f"{html.escape(str(apex.error))}</span>")
+        self.status.value = " · ".join(parts)
+        running = status == "running"
+        self.buttons["start"].disabled = running
+        self.buttons["stop"].disabled = not running
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)

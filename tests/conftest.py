@@ -22,3 +22,11 @@ def no_gpu(monkeypatch):
     GPU asked for are checked on every machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+def pytest_sessionstart(session):
+    """Python's own SIGINT handler, whatever the launcher left: a shell that starts the suite in the
+    background (``cmd &``) hands it SIGINT ignored, and the Ctrl-C tests need the handler a kernel has."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)

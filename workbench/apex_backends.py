@@ -329,12 +329,13 @@ class RayBackend:
         self.explorations = list(values)
 
     def start_actor(self, index: int) -> None:
-        # Round-robin over the cluster's nodes (soft: another node if that one cannot take it).
-        # num_cpus=0 actors are not spread by Ray's default or SPREAD policies on their own.
+        # Round-robin over the nodes alive now (a restarted actor goes to a live one). num_cpus=0
+        # actors are not spread by Ray's default or SPREAD policies, and a soft affinity may still
+        # put them all on the head node.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(node["NodeID"] for node in self.ray.nodes() if node["Alive"])
-        strategy = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=True)
+        strategy = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=False)
         handle = self._remote_actor.options(scheduling_strategy=strategy).remote(
             self.config, index, self.explorations[index], self.replay)
         self.actors[index] = handle

@@ -25,3 +25,16 @@ def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
     while (alive := running(pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return alive
+
+
+def live_children() -> set[int]:
+    """Live child processes of this one, less multiprocessing's resource tracker (one per parent,
+    for life)."""
+    pids = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids

@@ -9,7 +9,7 @@ import signal
 import time
 
 import numpy as np
-import psutil
+from processes import live_children
 import pytest
 import torch
 
@@ -223,21 +223,11 @@ def test_train_needs_a_limit():
 # --- the whole run on local processes -------------------------------------------------------------
 
 
-def _children() -> set[int]:
-    """Live child processes, less multiprocessing's resource tracker (one per parent, for life)."""
-    pids = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
-                pids.add(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return pids
 
 
 @pytest.mark.slow
 def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data():
-    before = _children()
+    before = live_children()
     apex = Apex(cartpole_config(num_actors=2, max_actors=4, learning_starts=200))
     seen: dict[str, object] = {}
 
@@ -265,7 +255,7 @@ def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data(
     assert apex.metrics[-1]["replay_size"] > seen["size_at_kill"]
     assert apex.actor_pids() == {} and apex.status == "stopped"
     time.sleep(0.5)
-    assert _children() - before == set(), "an actor or the replay process outlived the run"
+    assert live_children() - before == set(), "an actor or the replay process outlived the run"
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-import psutil
+from processes import live_children
 import pytest
 
 from workbench import experiments, plots
@@ -24,16 +24,6 @@ def small_config(**changes):
     return experiments.apex_cartpole_config(**{"num_actors": 1, "max_actors": 3, "learning_starts": 200, **changes})
 
 
-def _children() -> set[int]:
-    """Live child processes, less multiprocessing's resource tracker (one per parent, for life)."""
-    pids = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
-                pids.add(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return pids
 
 
 # --- the config and the figures (no processes) ----------------------------------------------------
@@ -87,7 +77,7 @@ def test_actor_bars_are_labelled_by_epsilon_and_colored_from_most_to_least_explo
 
 
 def test_apex_throughput_on_one_actor_gives_positive_rates_and_ends_its_processes():
-    before = _children()
+    before = live_children()
     (result,) = experiments.apex_throughput((1,), seconds=2.0, config=small_config(), progress=False)
     assert result.num_actors == 1
     assert result.transitions_per_second > 0 and result.updates_per_second > 0
@@ -96,11 +86,11 @@ def test_apex_throughput_on_one_actor_gives_positive_rates_and_ends_its_processe
     assert result.seconds >= 2.0 and result.warmup_seconds > 0
     assert list(result.per_actor_transitions) == [0] and result.per_actor_transitions[0] > 0
     time.sleep(0.5)
-    assert _children() - before == set(), "an actor or the replay process outlived the measurement"
+    assert live_children() - before == set(), "an actor or the replay process outlived the measurement"
 
 
 def test_the_panel_slider_sets_the_actors_and_stop_ends_the_run():
-    before = _children()
+    before = live_children()
     apex = Apex(small_config())
     panel = ApexPanel(apex, limits={"max_seconds": 120})
     assert panel.actors.max == 3 and panel.actors.value == 1
@@ -129,7 +119,7 @@ def test_the_panel_slider_sets_the_actors_and_stop_ends_the_run():
     assert list(panel.actor_figure.data[0].y) == [apex.metrics[-1]["per_actor"][i]["transitions"] for i in (0, 1)]
     assert "stopped" in panel.status.value and not panel.buttons["start"].disabled
     time.sleep(0.5)
-    assert _children() - before == set(), "an actor or the replay process outlived the run"
+    assert live_children() - before == set(), "an actor or the replay process outlived the run"
 
 
 def test_the_panel_refuses_more_actors_than_the_run_allows_and_moves_the_slider_back():

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.algos.dqn import NStepTransitions, linear_schedule
+from workbench.algos.dqn import NStepTransitions, linear_schedule, make_replay, replay_and_learn
 from workbench.models import ContinuousQ, DeterministicPolicy
 from workbench.rollout import Rollout
 
@@ -193,21 +193,12 @@ class DDPG:
         self.model = GaussianExploration(self.policy, config.noise_scale).to(self.device)
         self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.actor_learning_rate)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_learning_rate)
-        self.replay = replay if replay is not None else self._make_replay(seed)
+        self.replay = replay if replay is not None else make_replay(config, seed)
         self.nstep = NStepTransitions(config.n_step, config.gamma)
         self.num_updates = 0
         self.env_steps = 0
         self.progress = 0.0
         self._owed_updates = 0.0
-
-    def _make_replay(self, seed: int | None) -> Any:
-        from workbench import replay
-
-        c = self.config
-        if c.prioritized:
-            return replay.PrioritizedReplay(c.replay_capacity, alpha=c.priority_alpha, beta=c.priority_beta_start,
-                                            eps=c.priority_eps, seed=seed)
-        return replay.UniformReplay(c.replay_capacity, seed=seed)
 
     # --- acting -----------------------------------------------------------------------------------
 
@@ -309,20 +300,7 @@ class DDPG:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """Add the rollout's n-step transitions to the replay, then take the gradient steps the
         replay ratio owes (none before ``learning_starts``). ``rollout.actions``: ``[T, B, act_dim]``."""
-        c = self.config
-        transitions = self.nstep.add(rollout)
-        if len(transitions["actions"]):
-            self.replay.add(transitions)
-        self.env_steps += rollout.num_steps
-        metrics: dict[str, float] = {}
-        if self.env_steps >= c.learning_starts and len(self.replay) >= c.batch_size:
-            self._owed_updates += rollout.num_steps * c.replay_ratio / c.batch_size
-            while self._owed_updates >= 1.0:
-                self._owed_updates -= 1.0
-                batch, indices, weights = self.replay.sample(c.batch_size)
-                metrics, priorities = self.learn(batch, weights)
-                if c.prioritized:
-                    self.replay.update_priorities(indices, priorities)
+        metrics = replay_and_learn(self, rollout)
         return {
             **metrics,
             "charts/noise_scale": float(self.model.noise_scale.mean()),

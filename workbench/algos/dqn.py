@@ -42,7 +42,7 @@ from workbench.algos.returns import categorical_projection
 from workbench.models import EpsilonGreedy, QNetwork
 from workbench.rollout import Rollout
 
-__all__ = ["DQN", "DQNConfig", "NStepTransitions", "linear_schedule"]
+__all__ = ["DQN", "DQNConfig", "NStepTransitions", "linear_schedule", "make_replay", "replay_and_learn"]
 
 TRANSITION_KEYS = ("obs", "actions", "returns", "discounts", "next_obs")
 
@@ -109,6 +109,39 @@ class DQNConfig:
         if self.scale_learning_rate is not None and self.reference_batch_size is None:
             raise ValueError("DQNConfig.scale_learning_rate needs reference_batch_size (the batch size "
                              "at which learning_rate was tuned).")
+
+
+def make_replay(config: Any, seed: int | None) -> Any:
+    """The replay a config asks for (``prioritized``, ``replay_capacity``, ``priority_*``): what
+    ``DQN`` and ``algos.ddpg.DDPG`` make when they are not handed one."""
+    from workbench import replay
+
+    if config.prioritized:
+        return replay.PrioritizedReplay(config.replay_capacity, alpha=config.priority_alpha,
+                                        beta=config.priority_beta_start, eps=config.priority_eps, seed=seed)
+    return replay.UniformReplay(config.replay_capacity, seed=seed)
+
+
+def replay_and_learn(agent: Any, rollout: Rollout) -> dict[str, float]:
+    """A replay-based agent's ``update``: add the rollout's n-step transitions to ``agent.replay``,
+    then take the gradient steps the replay ratio owes (none before ``learning_starts``), each on a
+    sampled batch, giving the new priorities back to a prioritized replay. Returns the last step's
+    metrics. The agent has ``config``, ``nstep``, ``replay``, ``env_steps``, ``_owed_updates``, ``learn``."""
+    c = agent.config
+    transitions = agent.nstep.add(rollout)
+    if len(transitions["actions"]):
+        agent.replay.add(transitions)
+    agent.env_steps += rollout.num_steps
+    metrics: dict[str, float] = {}
+    if agent.env_steps >= c.learning_starts and len(agent.replay) >= c.batch_size:
+        agent._owed_updates += rollout.num_steps * c.replay_ratio / c.batch_size
+        while agent._owed_updates >= 1.0:
+            agent._owed_updates -= 1.0
+            batch, indices, weights = agent.replay.sample(c.batch_size)
+            metrics, priorities = agent.learn(batch, weights)
+            if c.prioritized:
+                agent.replay.update_priorities(indices, priorities)
+    return metrics
 
 
 class NStepTransitions:
@@ -223,21 +256,12 @@ class DQN:
         self.target = copy.deepcopy(q_network).requires_grad_(False)
         self.optimizer = torch.optim.Adam(q_network.parameters(), lr=self.learning_rate_for(config.batch_size),
                                           eps=config.adam_eps)
-        self.replay = replay if replay is not None else self._make_replay(seed)
+        self.replay = replay if replay is not None else make_replay(config, seed)
         self.nstep = NStepTransitions(config.n_step, config.gamma)
         self.num_updates = 0
         self.env_steps = 0
         self.progress = 0.0
         self._owed_updates = 0.0
-
-    def _make_replay(self, seed: int | None) -> Any:
-        from workbench import replay
-
-        c = self.config
-        if c.prioritized:
-            return replay.PrioritizedReplay(c.replay_capacity, alpha=c.priority_alpha, beta=c.priority_beta_start,
-                                            eps=c.priority_eps, seed=seed)
-        return replay.UniformReplay(c.replay_capacity, seed=seed)
 
     def learning_rate_for(self, batch_size: int) -> float:
         from workbench.algos.pg import scaled_learning_rate
@@ -362,20 +386,7 @@ class DQN:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """Add the rollout's n-step transitions to the replay, then take the gradient steps the
         replay ratio owes (none before ``learning_starts``)."""
-        c = self.config
-        transitions = self.nstep.add(rollout)
-        if len(transitions["actions"]):
-            self.replay.add(transitions)
-        self.env_steps += rollout.num_steps
-        metrics: dict[str, float] = {}
-        if self.env_steps >= c.learning_starts and len(self.replay) >= c.batch_size:
-            self._owed_updates += rollout.num_steps * c.replay_ratio / c.batch_size
-            while self._owed_updates >= 1.0:
-                self._owed_updates -= 1.0
-                batch, indices, weights = self.replay.sample(c.batch_size)
-                metrics, priorities = self.learn(batch, weights)
-                if c.prioritized:
-                    self.replay.update_priorities(indices, priorities)
+        metrics = replay_and_learn(self, rollout)
         epsilon = self.model.epsilon
         return {
             **metrics,

@@ -412,3 +412,42 @@ def test_render_frames_gives_an_rgb_frame_and_the_agents_stacked_observation() -
     frame, obs = render_frames(PONG, steps=20)
     assert frame.shape == (210, 160, 3) and frame.dtype == np.uint8
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+
+
+# --- a partially observed CartPole (R2D2) -------------------------------------------------------
+
+
+def test_hide_velocity_keeps_cart_position_and_pole_angle() -> None:
+    import gymnasium as gym
+
+    from workbench.envs import CARTPOLE_NO_VELOCITY, HideVelocity
+
+    full, hidden = gym.make(CARTPOLE), gym.make(CARTPOLE_NO_VELOCITY)
+    assert hidden.spec.max_episode_steps == full.spec.max_episode_steps == 500
+    space = full.observation_space
+    assert hidden.observation_space == gym.spaces.Box(space.low[[0, 2]], space.high[[0, 2]])
+    obs_full, _ = full.reset(seed=3)
+    obs_hidden, _ = hidden.reset(seed=3)
+    for action in [0, 1, 1, 0, 1]:
+        np.testing.assert_array_equal(obs_hidden, obs_full[[0, 2]])
+        obs_full, *_ = full.step(action)
+        obs_hidden, *_ = hidden.step(action)
+    np.testing.assert_array_equal(HideVelocity(gym.make(CARTPOLE)).observation(obs_full), obs_full[[0, 2]])
+
+
+def test_cartpole_no_velocity_runs_in_make_vector_env() -> None:
+    from workbench.envs import CARTPOLE_NO_VELOCITY
+
+    with make_vector_env(CARTPOLE_NO_VELOCITY, 2, seed=0) as env:
+        assert env.observation_shape == (2,) and env.num_actions == 2
+        done = False
+        for _ in range(60):  # always pushing left ends an episode well within 60 steps
+            obs, _, terminated, truncated, info = env.step(np.zeros(2, dtype=np.int64))
+            assert obs.shape == (2, 2)
+            done |= terminated.any()
+        assert done and np.stack(info["final_obs"]).shape == (2, 2)
+
+
+def test_a_misspelt_cartpole_no_velocity_id_is_suggested() -> None:
+    with pytest.raises(ValueError, match="Did you mean 'workbench/CartPoleNoVelocity-v1'"):
+        make_vector_env("workbench/CartPoleNoVelocty-v1", 1)

@@ -490,3 +490,66 @@ def test_bad_priorities_and_indices_are_refused():
         replay.update_priorities(np.array([8]), np.array([1.0]))
     with pytest.raises(ValueError, match="1-D integer array"):
         replay.update_priorities(np.array([0.0]), np.array([1.0]))
+
+
+# ==================================================================================================
+# SequenceReplay (R2D2)
+
+
+def sequences(ids, L: int = 5, H: int = 3) -> dict[str, np.ndarray]:
+    """Batch-major sequences whose entries name (sequence id, step)."""
+    ids = np.asarray(ids, dtype=np.float32)
+    steps = np.arange(L, dtype=np.float32)
+    return {
+        "obs": np.stack([ids[:, None] * 100 + steps, -(ids[:, None] * 100 + steps)], axis=-1),
+        "actions": (ids[:, None] * 100 + steps).astype(np.int64),
+        "state_h": np.repeat(ids[:, None], H, axis=1),
+        "state_c": np.repeat(-ids[:, None], H, axis=1),
+    }
+
+
+def test_sequence_replay_returns_per_step_keys_time_major():
+    from workbench.replay import SequenceReplay
+
+    replay = SequenceReplay(8, seed=0)
+    assert (replay.alpha, replay.beta) == (0.9, 0.6)  # R2D2, Table 2
+    replay.add(sequences(np.arange(6)))
+    batch, indices, weights = replay.sample(4)
+    assert batch["obs"].shape == (5, 4, 2) and batch["actions"].shape == (5, 4)
+    assert batch["state_h"].shape == batch["state_c"].shape == (4, 3)
+    assert batch["obs"].flags["C_CONTIGUOUS"] and weights.shape == (4,)
+    for b, slot in enumerate(indices):
+        np.testing.assert_array_equal(batch["obs"][:, b, 0], slot * 100 + np.arange(5))
+        np.testing.assert_array_equal(batch["actions"][:, b], slot * 100 + np.arange(5))
+        np.testing.assert_array_equal(batch["state_h"][b], [slot] * 3)
+        np.testing.assert_array_equal(batch["state_c"][b], [-slot] * 3)
+
+
+def test_sequence_replay_samples_sequences_in_proportion_to_priority():
+    from workbench.replay import SequenceReplay
+
+    replay = SequenceReplay(4, alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    replay.add(sequences([0, 1]), priorities=[1.0, 3.0])
+    counts = np.zeros(2)
+    for _ in range(200):
+        batch, indices, weights = replay.sample(10)
+        counts += np.bincount(indices, minlength=2)
+        np.testing.assert_array_equal(batch["state_h"][:, 0], indices)
+        np.testing.assert_allclose(weights, np.where(indices == 0, 1.0, 1 / 3), rtol=1e-6)
+    assert abs(counts[1] / counts.sum() - 0.75) < 0.02
+    replay.update_priorities(np.array([0, 1]), np.array([3.0, 1.0]))
+    _, indices, _ = replay.sample(1000)
+    assert abs(np.mean(indices == 0) - 0.75) < 0.03
+
+
+def test_sequence_replay_names_the_layout_it_expects():
+    from workbench.replay import SequenceReplay
+
+    replay = SequenceReplay(8)
+    replay.add(sequences([0, 1], L=5))
+    with pytest.raises(ValueError, match=r"one L \(L = 5, set by the first add\)"):
+        replay.add(sequences([2], L=4))
+    with pytest.raises(ValueError, match="np.swapaxes"):
+        replay.add({**sequences([2]), "rewards": np.zeros(1)})  # a per-step key without L
+    with pytest.raises(ValueError, match="only per-sequence keys"):
+        SequenceReplay(8).add({"state_h": np.zeros((2, 3))})

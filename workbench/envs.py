@@ -422,3 +422,59 @@ def render_frames(env_id: str, *, steps: int = 60, seed: int = 0) -> tuple[np.nd
         for _ in range(steps):
             obs, *_ = env.step(rng.integers(env.num_actions, size=1))
     return frame, obs[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# A partially observed task: CartPole without velocities (for recurrent agents)
+
+#: The gymnasium id of CartPole-v1 seen through ``HideVelocity``, registered at import.
+CARTPOLE_NO_VELOCITY = "workbench/CartPoleNoVelocity-v1"
+
+
+class HideVelocity(gym.ObservationWrapper):
+    """CartPole with its velocities hidden: observations keep the cart position and the pole
+    angle (CartPole's indices 0 and 2), and drop the cart velocity and the pole's angular
+    velocity (indices 1 and 3).
+
+    A partially observed task: from one observation a feed-forward policy cannot tell which way
+    the pole is moving, so it cannot balance it for long; a recurrent policy can infer the
+    velocities from consecutive observations. This is the motivation of DRQN (Hausknecht & Stone
+    2015, *Deep Recurrent Q-Learning for POMDPs*, https://arxiv.org/abs/1507.06527, Sec. 1: the
+    "flickering" Atari games) and of R2D2's recurrent network (Kapturowski et al. 2019). Registered
+    as ``"workbench/CartPoleNoVelocity-v1"`` (500 steps per episode, as CartPole-v1), so
+    ``make_vector_env`` and ``gym.make`` take it in any process that imported ``workbench.envs``.
+    """
+
+    KEEP = (0, 2)
+    """Observation indices kept: cart position, pole angle."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or space.shape != (4,):
+            raise ValueError(
+                f"HideVelocity expects CartPole's Box(4,) observations, got {space}; wrap a "
+                "CartPole env (gym.make('CartPole-v1'))"
+            )
+        keep = list(self.KEEP)
+        self.observation_space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.asarray(observation)[list(self.KEEP)]
+
+
+def _make_cartpole_no_velocity(**kwargs: Any) -> gym.Env:
+    """The entry point of ``CARTPOLE_NO_VELOCITY``: CartPole's env class, velocities hidden
+    (``gym.make`` adds the time limit and its checkers around it, as for CartPole-v1)."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    return HideVelocity(CartPoleEnv(**kwargs))
+
+
+if CARTPOLE_NO_VELOCITY not in gym.registry:  # importing this module twice registers it once
+    gym.register(
+        id=CARTPOLE_NO_VELOCITY,
+        entry_point=_make_cartpole_no_velocity,
+        max_episode_steps=500,
+        reward_threshold=475.0,
+    )

@@ -34,6 +34,7 @@ __all__ = [
     "FrameStorage",
     "MinTree",
     "PrioritizedReplay",
+    "SequenceReplay",
     "SumTree",
     "UniformReplay",
 ]
@@ -814,3 +815,87 @@ def _check_storage(storage: Any, capacity: int, who: str) -> Any:
             "pass the same capacity to both."
         )
     return storage
+
+
+# --------------------------------------------------------------------------------------------------
+# Sequences (R2D2)
+
+
+class SequenceReplay(PrioritizedReplay):
+    """Prioritized replay of fixed-length sequences, for R2D2 (Kapturowski et al. 2019,
+    https://openreview.net/forum?id=r1lyTjAqYX, Sec. 2-3): ``PrioritizedReplay`` on an
+    ``ArrayStorage`` whose items are whole sequences, one priority per sequence.
+
+    ``add`` takes batch-major sequences, one item per row: per-step keys ``[N, L, ...]`` (``obs``,
+    ``actions``, ``rewards``, ...: L steps each, the same L for every key and every add) and
+    per-sequence keys ``[N, ...]`` (``per_sequence_keys``: the recurrent state stored with each
+    sequence, ``state_h`` and ``state_c`` ``[N, H]``, R2D2 Sec. 3). ``sample`` returns per-step
+    keys time-major ``[L, B, ...]`` (what a learner unrolls) and per-sequence keys ``[B, ...]``.
+
+    Priorities are as ``PrioritizedReplay``'s; R2D2's for a sequence is ``eta max_t |delta_t| +
+    (1 - eta) mean_t |delta_t|`` (``algos.r2d2``), computed by the caller. Defaults are R2D2's
+    Table 2: priority exponent 0.9, importance-sampling exponent 0.6.
+
+    Args:
+        capacity: sequences held; the oldest are overwritten first.
+        alpha: priority exponent. beta: importance-sampling exponent. eps: added to priorities.
+        per_sequence_keys: the keys stored once per sequence (when present in a batch).
+        seed: seeds the sampling generator.
+    """
+
+    PER_SEQUENCE_KEYS: tuple[str, ...] = ("state_h", "state_c")
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.9,
+        beta: float = 0.6,
+        eps: float = 1e-6,
+        *,
+        per_sequence_keys: "tuple[str, ...] | None" = None,
+        seed: int | None = None,
+    ) -> None:
+        capacity = _check_capacity(capacity, "SequenceReplay")
+        super().__init__(capacity, alpha, beta, eps, storage=ArrayStorage(capacity), seed=seed)
+        keys = self.PER_SEQUENCE_KEYS if per_sequence_keys is None else per_sequence_keys
+        self.per_sequence_keys: tuple[str, ...] = tuple(keys)
+        self.sequence_length: int | None = None
+        """L, the steps per sequence (set by the first ``add``)."""
+
+    def add(self, sequences: Mapping[str, Any], priorities: Any = None) -> np.ndarray:
+        """Store ``sequences`` (per-step keys ``[N, L, ...]``, per-sequence keys ``[N, ...]``)
+        with priorities (float ``[N]``, one per sequence; None: the largest seen so far).
+        Returns the slots written, in batch order."""
+        if not isinstance(sequences, Mapping) or not sequences:
+            raise ValueError(
+                "SequenceReplay.add: pass a non-empty dict of batch-major arrays, per-step keys "
+                "[N, L, ...] (e.g. 'obs' [N, L, 4], 'actions' [N, L]) and per-sequence keys "
+                f"{list(self.per_sequence_keys)} [N, ...]; got {type(sequences).__name__}."
+            )
+        steps = {k: _numpy(v) for k, v in sequences.items() if k not in self.per_sequence_keys}
+        if not steps:
+            raise ValueError(
+                f"SequenceReplay.add: only per-sequence keys {sorted(sequences)} were given; "
+                "add the per-step arrays [N, L, ...] (obs, actions, rewards, ...)."
+            )
+        lengths = {k: (a.shape[1] if a.ndim >= 2 else None) for k, a in steps.items()}
+        expected = self.sequence_length if self.sequence_length is not None else next(iter(lengths.values()))
+        if any(length is None or length != expected for length in lengths.values()):
+            raise ValueError(
+                f"SequenceReplay.add: every per-step array must be [N, L, ...] with one L"
+                f"{f' (L = {self.sequence_length}, set by the first add)' if self.sequence_length else ''}; "
+                f"got {{key: L}} = {lengths}. Batch-major: transpose time-major [L, N, ...] arrays "
+                f"with np.swapaxes(x, 0, 1); per-sequence keys are {list(self.per_sequence_keys)}."
+            )
+        written = super().add(sequences, priorities)
+        self.sequence_length = int(expected)
+        return written
+
+    def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """``(batch, indices, weights)`` as ``PrioritizedReplay.sample``, with per-step keys
+        time-major ``[L, B, ...]`` (contiguous) and per-sequence keys ``[B, ...]``."""
+        batch, indices, weights = super().sample(batch_size)
+        for key, a in batch.items():
+            if key not in self.per_sequence_keys:
+                batch[key] = np.ascontiguousarray(np.swapaxes(a, 0, 1))
+        return batch, indices, weights

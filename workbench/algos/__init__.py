@@ -38,3 +38,14 @@ from workbench.algos.pg import (  # noqa: E402
 )
 
 __all__ += ["A2C", "A2CConfig", "PPO", "PPOConfig", "scaled_learning_rate", "train"]
+
+# Learner (r2d2.py): R2D2 with its config and the sequence batch keys.
+from workbench.algos.r2d2 import (  # noqa: E402
+    R2D2,
+    SEQUENCE_KEYS,
+    STATE_KEYS,
+    R2D2Config,
+    sequence_priority,
+)
+
+__all__ += ["R2D2", "R2D2Config", "SEQUENCE_KEYS", "STATE_KEYS", "sequence_priority"]

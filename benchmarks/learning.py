@@ -34,11 +34,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def all_recipes() -> dict:
-    """Sampler-driven recipes (``workbench.recipes``) and Ape-X runs (``workbench.apex``), by name."""
+    """Sampler-driven recipes (``workbench.recipes``), Ape-X runs (``workbench.apex``) and SEED runs
+    (``workbench.seed``), by name."""
     from workbench.apex import APEX_RECIPES
     from workbench.recipes import RECIPES
+    from workbench.seed import SEED_RECIPES
 
-    return {**RECIPES, **APEX_RECIPES}
+    return {**RECIPES, **APEX_RECIPES, **SEED_RECIPES}
 
 
 def default_recipes() -> list[str]:

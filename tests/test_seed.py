@@ -182,3 +182,37 @@ def test_vtrace_learns_cartpole_through_the_central_server():
     assert result["steps_to_target"] is not None, f"stopped by {result['stopped']} at {result['final_return']}"
     assert result["steps_to_target"] <= 300_000
     assert result["rows"][-1]["mean_batch_size"] > 1.5  # the server did batch the actors' requests
+
+
+def test_the_seed_panel_steers_actors_and_the_servers_batch_live():
+    from processes import live_children
+
+    from workbench.widgets import SeedPanel
+
+    before = live_children()
+    run = Seed(replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2))
+    panel = SeedPanel(run, limits={"max_seconds": 120})
+    assert panel.actors.max == 2 and panel.batch.value == 2 and panel.batch.max == 2
+    panel.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not run.metrics or run.metrics[-1]["updates"] == 0:
+            assert time.monotonic() < deadline and run.error is None
+            time.sleep(0.1)
+        panel.batch.value = 1  # what a drag of the slider does: the server reads it before each batch
+        assert run.server.max_batch_size == 1
+        panel.actors.value = 2
+        while len(run.actor_pids()) < 2:
+            assert time.monotonic() < deadline and run.error is None
+            time.sleep(0.1)
+        panel.buttons["stop"].click()
+        run.wait(timeout=60)
+    finally:
+        run.stop()
+    panel._watcher.join(10)
+    panel.refresh()
+    assert run.status == "stopped" and "stopped" in panel.status.value
+    assert sorted((e["event"], e["old"], e["new"]) for e in panel.events) == [("actors", 1, 2), ("batch", 2, 1)]
+    assert len(panel.server_figure.layout.shapes) == 2  # both changes, as dashed lines
+    time.sleep(0.5)
+    assert live_children() - before == set(), "an env actor outlived the run"

@@ -57,6 +57,18 @@ class Budget:
     """Wall-clock limit of that run."""
     apex_live_seconds: float
     """Wall-clock limit of notebook 06's live Ape-X run (its cells stop it sooner)."""
+    seed_actor_counts: tuple[int, ...]
+    """Actor counts of notebook 07's SEED-against-IMPALA throughput plot (Pong, NatureCNN)."""
+    seed_measure_seconds: float
+    """Seconds each point of that plot is measured."""
+    seed_vtrace_steps: int
+    """Env-step budget of notebook 07's V-trace run on CartPole through the server."""
+    seed_vtrace_target: float
+    """The return notebook 07 asserts that run reaches (475 is the recipe's, at full budget)."""
+    seed_r2d2_steps: int
+    """Env-step budget of notebook 08's memory experiment (R2D2 against feed-forward DQN)."""
+    seed_live_seconds: float
+    """Wall-clock limit of notebook 08's live SEED run (its cells stop it sooner)."""
 
 
 _BUDGETS = {
@@ -83,6 +95,12 @@ _BUDGETS = {
         apex_target_return=200.0,
         apex_max_seconds=300.0,
         apex_live_seconds=120.0,
+        seed_actor_counts=(1, 2, 4),
+        seed_measure_seconds=3.0,
+        seed_vtrace_steps=300_000,
+        seed_vtrace_target=200.0,
+        seed_r2d2_steps=200_000,
+        seed_live_seconds=40.0,
     ),
     "full": Budget(
         name="full",
@@ -107,6 +125,12 @@ _BUDGETS = {
         apex_target_return=475.0,
         apex_max_seconds=900.0,
         apex_live_seconds=900.0,
+        seed_actor_counts=(1, 2, 4, 8, 16),
+        seed_measure_seconds=10.0,
+        seed_vtrace_steps=300_000,
+        seed_vtrace_target=475.0,
+        seed_r2d2_steps=200_000,
+        seed_live_seconds=600.0,
     ),
 }
 

@@ -617,8 +617,6 @@ class ApexPanel:
     def __init__(self, apex: Any, *, limits: dict | None = None, refresh_seconds: float = 0.5) -> None:
         import threading
 
-        from plotly.subplots import make_subplots
-
         self.apex = apex
         self.limits = dict(limits) if limits else {"max_seconds": budget_module.current().apex_live_seconds}
         self.refresh_seconds = refresh_seconds
@@ -635,7 +633,8 @@ class ApexPanel:
         self.status.add_class("workbench-status")
         self.message = widgets.HTML()
         self.message.add_class("workbench-message")
-        self.actors = widgets.IntSlider(value=apex.settings.current.num_actors, min=1, max=apex.config.max_actors,
+        self.actors = widgets.IntSlider(value=apex.settings.current.num_actors, min=1,
+                                        max=apex.config.max_actors or apex.config.num_actors,
                                         description="actors", continuous_update=False,
                                         style={"description_width": "60px"})
         self.actors.add_class("workbench-actors")
@@ -648,6 +647,24 @@ class ApexPanel:
             button.on_click(lambda _, name=name: self._press(name))
             self.buttons[name] = button
 
+        self._make_figures()
+        charts = []
+        for figure, name in ((self.return_figure, "return"), (self.rate_figure, "rates"),
+                             (self.actor_figure, "actors")):
+            box = widgets.Box([figure], layout=widgets.Layout(width="100%"))
+            box.add_class(f"workbench-chart-{name}")
+            charts.append(box)
+        controls = widgets.HBox([self.actors, *self.buttons.values()])
+        self.widget = widgets.VBox([self.status, controls, self.message, charts[0],
+                                    widgets.HBox([charts[1], charts[2]])])
+        self.widget.add_class("workbench-apex-panel")
+        self.refresh()
+
+    def _make_figures(self) -> None:
+        """The three live charts: ``return_figure``, ``rate_figure``, ``actor_figure``."""
+        from plotly.subplots import make_subplots
+
+        apex = self.apex
         self.return_figure = _figure(
             f"Ape-X on {apex.config.env_id}: episode return", xaxes=("env steps",), yaxis="return",
             traces=[go.Scatter(x=[], y=[], mode="lines+markers", name="all actors (last 20 episodes)",
@@ -672,17 +689,6 @@ class ApexPanel:
                              yaxis=dict(title="transitions", rangemode="tozero"), height=320,
                              margin=dict(l=60, r=20, t=60, b=70)),
         )
-        charts = []
-        for figure, name in ((self.return_figure, "return"), (self.rate_figure, "rates"),
-                             (self.actor_figure, "actors")):
-            box = widgets.Box([figure], layout=widgets.Layout(width="100%"))
-            box.add_class(f"workbench-chart-{name}")
-            charts.append(box)
-        controls = widgets.HBox([self.actors, *self.buttons.values()])
-        self.widget = widgets.VBox([self.status, controls, self.message, charts[0],
-                                    widgets.HBox([charts[1], charts[2]])])
-        self.widget.add_class("workbench-apex-panel")
-        self.refresh()
 
     # --- actions ----------------------------------------------------------------------------------
 
@@ -838,3 +844,134 @@ class ApexPanel:
         from IPython.display import display
 
         display(self.widget)
+
+
+class SeedPanel(ApexPanel):
+    """Watch a SEED run (:class:`workbench.seed.Seed`) and steer its actors and its server's batch.
+
+    The *actors* slider calls ``seed.set_num_actors`` (the learner starts or retires env-only
+    actor processes at its next step; R2D2 recomputes each actor's epsilon). The *batch* slider
+    sets the inference server's ``max_batch_size`` at once (the serving thread reads it before each
+    batch). Charts: the return against env steps; env steps/s and learner updates/s against wall
+    time; the server's mean batch and p99 latency per row. Changes are dashed lines, as in
+    :class:`ApexPanel`, whose controls and redraw loop this panel shares.
+
+    Args:
+        seed: the run (started with ``panel.start()`` or the Start button).
+        limits: ``Seed.train`` limits for Start (default ``max_seconds`` from
+            ``budget.current().seed_live_seconds``).
+        refresh_seconds: seconds between redraws.
+
+    Attributes (beyond ``ApexPanel``'s): ``batch``, the batch slider; ``server_figure``.
+    """
+
+    def __init__(self, seed: Any, *, limits: dict | None = None, refresh_seconds: float = 0.5) -> None:
+        limits = dict(limits) if limits else {"max_seconds": budget_module.current().seed_live_seconds}
+        super().__init__(seed, limits=limits, refresh_seconds=refresh_seconds)
+        self.batch = widgets.IntSlider(value=seed.server.max_batch_size, min=1, max=seed.config.slots,
+                                       description="batch", continuous_update=False,
+                                       style={"description_width": "60px"})
+        self.batch.add_class("workbench-batch")
+        self.batch.observe(self._on_batch, names="value")
+        controls = self.widget.children[1]
+        controls.children = (self.actors, self.batch, *self.buttons.values())
+        self.widget.remove_class("workbench-apex-panel")
+        self.widget.add_class("workbench-seed-panel")
+
+    def _make_figures(self) -> None:
+        from plotly.subplots import make_subplots
+
+        seed = self.apex
+        algorithm = "V-trace" if seed.config.algorithm == "vtrace" else "R2D2"
+        self.return_figure = _figure(
+            f"SEED {algorithm} on {seed.config.env_id}: episode return", xaxes=("env steps",), yaxis="return",
+            traces=[go.Scatter(x=[], y=[], mode="lines+markers", name="every env (last 20 episodes)",
+                               line_color="#7f7f7f", marker_size=4),
+                    go.Scatter(x=[], y=[], mode="lines+markers", name="env exploring least (last 10)",
+                               line_color="#1f77b4", marker_size=4)],
+        )
+        figures = []
+        for title, left, right in (("throughput", "env steps/s", "learner updates/s"),
+                                   ("inference server", "requests per forward pass", "p99 latency (ms)")):
+            figure = go.FigureWidget(make_subplots(specs=[[{"secondary_y": True}]]))
+            figure.add_trace(go.Scatter(x=[], y=[], mode="lines", name=left, line_color="#ff7f0e"), secondary_y=False)
+            figure.add_trace(go.Scatter(x=[], y=[], mode="lines", name=right, line_color="#2ca02c"), secondary_y=True)
+            figure.update_xaxes(title_text="wall seconds")
+            figure.update_yaxes(title_text=left, rangemode="tozero", secondary_y=False)
+            figure.update_yaxes(title_text=right, rangemode="tozero", secondary_y=True)
+            figure.update_layout(title=title, height=320, margin=dict(l=60, r=60, t=60, b=50),
+                                 legend=dict(orientation="h", y=-0.25))
+            figures.append(figure)
+        self.rate_figure, self.server_figure = figures
+        self.actor_figure = self.server_figure  # the slot ApexPanel lays out beside the rates
+
+    def _on_batch(self, change: dict) -> None:
+        seed = self.apex
+        old, new = seed.server.max_batch_size, int(change["new"])
+        seed.server.max_batch_size = new
+        start = getattr(seed, "_start_time", None)
+        if start is not None and seed.status == "running":
+            seed.events.append({"event": "batch", "time": time.monotonic() - start, "updates": seed.updates,
+                                "old": old, "new": new})
+        self._say(f"the server now answers up to {new} requests per forward pass")
+
+    def _extend(self, rows: list[dict]) -> None:
+        seconds = []
+        for row in rows:
+            if row["time"] < self._last_time:
+                self._time_offset += self._last_time
+            self._last_time = row["time"]
+            seconds.append(row["time"] + self._time_offset)
+        with self.return_figure.batch_update():
+            for trace, key in zip(self.return_figure.data, ("return", "return_least_exploring")):
+                points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
+                if points:
+                    _append(trace, [x for x, _ in points], [y for _, y in points])
+        for figure, keys in ((self.rate_figure, ("steps_per_second", "updates_per_second")),
+                             (self.server_figure, ("mean_batch_size", "latency_p99_ms"))):
+            with figure.batch_update():
+                for trace, key in zip(figure.data, keys):
+                    points = [(s, row[key]) for s, row in zip(seconds, rows) if row.get(key) is not None]
+                    if points:
+                        _append(trace, [x for x, _ in points], [y for _, y in points])
+
+    def _mark(self, event: dict, row: dict, offset: float) -> None:
+        key = tuple(sorted((k, repr(v)) for k, v in event.items()))
+        if key in self._event_keys:
+            return
+        self._event_keys.add(key)
+        self.events.append(event)
+        label = (f"actors {event['old']}→{event['new']}" if event["event"] == "actors"
+                 else f"batch {event['old']}→{event['new']}" if event["event"] == "batch" else event["event"])
+        self.return_figure.add_vline(x=row["env_steps"], line_dash="dash", line_color="#888",
+                                     annotation_text=label, annotation_font_size=10)
+        for figure in (self.rate_figure, self.server_figure):
+            figure.add_vline(x=event["time"] + offset, line_dash="dash", line_color="#888",
+                             annotation_text=label, annotation_font_size=10)
+
+    def _update_status(self) -> None:
+        seed = self.apex
+        status = seed.status
+        rows = seed.metrics[-1:]
+        if rows:
+            for event in list(seed.events):  # each is drawn once (_mark skips those drawn)
+                self._mark(event, rows[0], self._time_offset)
+        parts = [f"<b>{html.escape(status)}</b>"]
+        if rows:
+            row = rows[0]
+            parts += [f"{row['time']:.0f} s", f"{row['num_actors']} actors", f"{row['updates']:,} updates",
+                      f"{row['env_steps']:,} env steps", f"{row['steps_per_second']:,.0f} steps/s"]
+            if row.get("mean_batch_size") is not None:
+                parts.append(f"batch {row['mean_batch_size']:.1f} of {seed.server.max_batch_size}, "
+                             f"p99 {row['latency_p99_ms']:.1f} ms")
+            if row.get("target_metric") is not None:
+                parts.append(f"return {row['target_metric']:.0f}")
+        else:
+            parts.append(f"{seed.settings.current.num_actors} actors")
+        if seed.error is not None:
+            parts.append(f'<span style="color:#b00020">{html.escape(type(seed.error).__name__)}: '
+                         f"{html.escape(str(seed.error))}</span>")
+        self.status.value = " · ".join(parts)
+        running = status == "running"
+        self.buttons["start"].disabled = running
+        self.buttons["stop"].disabled = not running

@@ -1,0 +1,165 @@
+"""SEED's multi-machine transport on a local Ray instance (``workbench[distributed]``): the server
+as a Ray async actor batching concurrent requests, env-only Ray actors on CartPole, and the bad
+inputs (a malformed observation, an actor killed mid-run, the server stopped while actors wait)
+that must end in a clear error or a clean exit, never a hang."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason='the Ray transport needs pip install "workbench[distributed]"')
+
+from workbench.env_actors import FIRST, ServerStopped  # noqa: E402
+from workbench.inference_ray import RayActors, RayInferenceServer  # noqa: E402
+from workbench.models import ActorCritic  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    for attempt in range(2):  # on a loaded machine the raylet may miss Ray's fixed 30 s start window
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            break
+        except Exception as error:
+            ray.shutdown()
+            if attempt or "timed out during startup" not in str(error):
+                raise
+    yield
+    ray.shutdown()
+
+
+def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen in {seconds} s; events: {actors.events}"
+        actors.check()
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def serving(local_ray):
+    """A CartPole server and 4 env actors; slot 4 is left free for the tests' own requests."""
+    torch.manual_seed(0)
+    server = RayInferenceServer.launch(ActorCritic((4,), 2), max_batch_size=8, timeout=0.02, record_steps=5000)
+    actors = RayActors(server, "CartPole-v1", 4, max_actors=5, seed=0, nice=5).start()
+    yield server, actors
+    actors.stop()
+    ray.kill(server)
+
+
+def test_batches_of_concurrent_requests_step_cartpole(serving):
+    server, actors = serving
+    wait_until(lambda: actors.steps >= 200, actors, 40, "200 steps")  # every actor is up by then
+    ray.get(server.take_steps.remote())  # the steady state only: actor 0 may have started alone
+    start, before = time.monotonic(), actors.steps
+    wait_until(lambda: actors.steps >= before + 1000 and len(actors.episodes) >= 4, actors, 40,
+               "1000 more steps and 4 episodes")
+    batches = [item for kind, item in ray.get(server.take_steps.remote()) if kind == "step"]
+    sizes = np.array([len(b.slots) for b in batches])
+    assert sizes.max() > 1 and sizes.mean() > 1.5, np.bincount(sizes)  # 4 actors, 8 at most a batch
+    actions = np.concatenate([b.actions for b in batches])
+    assert set(np.unique(actions)) <= {0, 1} and len(actions) >= 1000
+    assert set(np.concatenate([b.slots for b in batches])) == {0, 1, 2, 3}
+    assert all("logp" in b.extras for b in batches)
+    returns = [r for _, _, r, _ in actors.episodes]
+    assert all(r >= 8 for r in returns), returns  # CartPole: at least 8 steps before a pole falls
+    stats = ray.get(server.stats.remote())
+    for key in ("latency_p50_ms", "latency_p99_ms", "queue_wait_p50_ms", "forward_p50_ms", "transit_p50_ms"):
+        assert 0 <= stats[key] < 1000, (key, stats)
+    per_actor = actors.actor_stats()
+    assert all(s["steps"] > 100 and s["round_trip_p50_ms"] > 0 for s in per_actor.values()), per_actor
+    print(f"\n{actors.steps - before} steps in {time.monotonic() - start:.1f} s, batch sizes "
+          f"{np.bincount(sizes).tolist()} (mean {sizes.mean():.2f}), latency p50 {stats['latency_p50_ms']:.2f} ms, "
+          f"round trip p50 {np.median([s['round_trip_p50_ms'] for s in per_actor.values()]):.2f} ms")
+
+
+def test_a_malformed_observation_fails_only_its_caller(serving):
+    server, actors = serving
+    actors.check()
+    before = actors.steps
+    expected = r"malformed observation: got float32 \(3,\), the server serves float32 \(4,\)"
+    with pytest.raises(ValueError, match=expected):
+        ray.get(server.infer.remote(4, np.zeros(3, np.float32), 0.0, FIRST))
+    with pytest.raises(ValueError, match=r"malformed observation: got <U1 \(4,\)"):
+        ray.get(server.infer.remote(4, np.array(list("abcd")), 0.0, FIRST))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        ray.get(server.infer.remote(4, np.array([0.0, np.nan, 0.0, 0.0], np.float32), 0.0, FIRST))
+    with pytest.raises(ValueError, match="slot 9 is not served"):
+        ray.get(server.infer.remote(9, np.zeros(4, np.float32), 0.0, FIRST))
+    assert ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST)) in (0, 1)  # float64 -> float32 is fine
+    ray.get(server.restart.remote([4]))  # slot 4 has no actor: batches need not wait for it
+    wait_until(lambda: actors.steps >= before + 200, actors, 20, "200 more steps")
+    assert not [e for e in actors.events if e.kind in ("died", "error")]
+
+
+def test_a_killed_actor_does_not_stall_the_others_and_is_restarted(serving):
+    server, actors = serving
+    actors.check()
+    others = {i: s["steps"] for i, s in actors.actor_stats().items() if i != 1}
+    ray.kill(actors.actor_handles()[1])
+    wait_until(lambda: any(e.kind == "restarted" and e.actor == 1 for e in actors.events), actors, 20, "the restart")
+    assert [e.kind for e in actors.events if e.actor == 1][-2:] == ["died", "restarted"]
+    wait_until(lambda: actors.actor_stats()[1]["steps"] > 50, actors, 30, "the restarted actor stepping")
+    after = actors.actor_stats()
+    assert all(after[i]["steps"] > others[i] + 50 for i in others), (others, after)
+
+
+def test_stopping_the_server_ends_waiting_actors_cleanly(local_ray):
+    server = RayInferenceServer.launch(ActorCritic((4,), 2), max_batch_size=4, timeout=0.01)
+    actors = RayActors(server, "CartPole-v1", 2, seed=1, nice=5).start()
+    try:
+        wait_until(lambda: actors.steps >= 100, actors, 30, "100 steps")
+        ray.get(server.stop.remote())
+        stopped = time.monotonic()
+        wait_until(lambda: len(actors.finished) == 2, actors, 5, "both actors ending")
+        print(f"\nactors ended {time.monotonic() - stopped:.2f} s after the server stopped")
+        assert all(r["reason"].startswith("server stopped") for r in actors.finished.values()), actors.finished
+        assert not [e for e in actors.events if e.kind in ("died", "error", "restarted")]
+        with pytest.raises(ServerStopped, match="stopped"):
+            ray.get(server.infer.remote(0, np.zeros(4, np.float32), 0.0, FIRST), timeout=10)
+    finally:
+        actors.stop()
+        ray.kill(server)
+
+
+class CountingPolicy:
+    """A recurrent policy whose state counts each slot's steps since its episode began; the action
+    is that count, so the test reads the server-side state from the answers."""
+
+    def initial_state(self, batch_size, device):
+        return (torch.zeros(batch_size, 1, device=device),)
+
+    def step(self, obs, state, first, slots):
+        count = state[0] + 1
+        return count[:, 0].long(), (count,), {}
+
+
+# Ray's workers cannot import this test module: ship its classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_recurrent_state_is_kept_per_slot_on_the_server(local_ray):
+    server = RayInferenceServer.launch(CountingPolicy(), max_batch_size=8, timeout=0.05)
+    obs = np.zeros(1, np.float32)
+    try:
+        ray.get(server.reset_slots.remote(3, (1,), "float32"))
+
+        def step(*requests):  # (slot, flags) pairs sent at once: one batch
+            return ray.get([server.infer.remote(slot, obs, 0.0, flags) for slot, flags in requests])
+
+        assert step((0, FIRST), (1, FIRST), (2, FIRST)) == [1, 1, 1]
+        assert step((0, 0), (1, 0)) == [2, 2]
+        assert step((0, 0)) == [3]
+        assert step((0, FIRST), (1, 0), (2, 0)) == [1, 3, 2]  # FIRST resets slot 0 only
+        assert ray.get(server.restart.remote([1])) == [1]  # a new actor in slot 1: zero state
+        assert step((1, 0), (2, 0)) == [1, 3]
+        with pytest.raises(ServerStopped, match="replaced"):  # the old actor's late request
+            ray.get(server.infer.remote(1, obs, 0.0, 0, generation=0))
+        assert ray.get(server.infer.remote(1, obs, 0.0, 0, generation=1)) == 2
+    finally:
+        ray.kill(server)

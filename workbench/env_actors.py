@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import struct
 import time
 import traceback
@@ -206,6 +207,7 @@ def env_actor_main(spec: EnvActorSpec, slots: SharedSlots, request_writer: Any, 
     then loops until the server says it stopped; any other failure goes to ``control`` as an error.
     """
     die_with_parent(spec.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the parent's; it stops us
     try:
         if spec.nice:
             os.nice(spec.nice)

@@ -1,0 +1,128 @@
+"""SEED against IMPALA: env steps/s against the number of actors, on this machine (Espeholt et al. 2020).
+
+    .venv/bin/python benchmarks/central_inference.py --actors 1 2 4 8 16 --seconds 10 --repeats 2
+
+Each actor steps one env (``make_vector_env(env, 1)``: Pong with the default preprocessing) and the
+policy is the NatureCNN ``ActorCritic``, the same parameters on both sides:
+
+* SEED: env-only actor processes (no torch) and one central ``InferenceServer`` in this process
+  answering all of them with batched forward passes (``workbench.inference.LocalActors``);
+* IMPALA-style: every actor process runs its own copy of the model, one batch-1 forward pass per
+  step on one torch thread (``workbench.inference_throughput.impala_actor_main``).
+
+At each actor count the two run one after the other (which goes first alternates), each measured
+for ``--seconds`` after its warm-up (every actor started and stepping; start-up is not counted).
+With ``--repeats`` the counts are measured in interleaved passes and each side keeps its best pass
+(every pass is recorded). The table gives env steps/s of both, their ratio, SEED's action latency
+(request sent -> action back: queue wait + forward, p50/p99 ms) and mean batch, IMPALA's own
+forward time per step, and the CPU time per step and memory per actor of both. It writes ``--out``
+(JSON: command, commit, machine, date, load averages, settings, every row and pass) and ends with
+``ratios: seed_vs_impala=<x> actors=<n> p99_ms=<x>`` at the largest actor count (p99: SEED's latency).
+
+Actors are spawned processes, which re-import this script: so the top of the file imports only the
+standard library (a SEED actor must stay torch-free), and all the work happens in functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import record  # this folder is sys.path[0] when the script runs
+
+HEADER = (f"{'actors':>7}{'SEED steps/s':>14}{'IMPALA steps/s':>16}{'ratio':>7}{'SEED p50 ms':>13}"
+          f"{'SEED p99 ms':>13}{'mean batch':>12}{'IMPALA fwd p50 ms':>19}{'CPU ms/step S/I':>17}"
+          f"{'MB/actor S/I':>14}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                        help="actor counts, one SEED and one IMPALA run each (default 1 2 4 8 16)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds measured per run (default 10)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="interleaved passes over the counts; each side keeps its best pass (default 1)")
+    parser.add_argument("--env", default="ALE/Pong-v5", help="environment id (default ALE/Pong-v5)")
+    parser.add_argument("--device", default="cpu",
+                        help="where SEED's server runs its forward pass: cpu, cuda, auto (default cpu); "
+                             "IMPALA actors always use their own CPU")
+    parser.add_argument("--warmup", type=float, default=1.0,
+                        help="seconds between every actor stepping and the window's start (default 1)")
+    parser.add_argument("--out", default="data/central_inference.json", help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    if any(count < 1 for count in args.actors):
+        parser.error("--actors must be positive integers.")
+    if not args.seconds > 0 or args.repeats < 1 or args.warmup < 0:
+        parser.error("--seconds and --repeats must be positive, --warmup >= 0.")
+    return args
+
+
+def table_row(row) -> str:
+    seed, impala = row.seed, row.impala
+    return (f"{row.num_actors:>7}{seed.steps_per_second:>14,.0f}{impala.steps_per_second:>16,.0f}{row.ratio:>7.2f}"
+            f"{seed.latency.get('latency_p50_ms', float('nan')):>13.2f}"
+            f"{seed.latency.get('latency_p99_ms', float('nan')):>13.2f}"
+            f"{seed.latency.get('mean_batch_size', float('nan')):>12.1f}"
+            f"{impala.latency.get('latency_p50_ms', float('nan')):>19.2f}"
+            f"{f'{seed.cpu_ms_per_step:.2f}/{impala.cpu_ms_per_step:.2f}':>17}"
+            f"{f'{seed.actor_rss_mb:.0f}/{impala.actor_rss_mb:.0f}':>14}")
+
+
+def progress_line(result) -> str:
+    latency = result.latency
+    return (f"  {result.system:<6} {result.num_actors:>3} actors: {result.steps_per_second:>7,.0f} steps/s, "
+            f"p50/p99 {latency.get('latency_p50_ms', float('nan')):.2f}/{latency.get('latency_p99_ms', float('nan')):.2f} ms, "
+            f"{result.cpu_ms_per_step:.2f} CPU ms/step, warm-up {result.warmup_seconds:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from workbench import inference_throughput as study  # workbench first: it sets OMP_WAIT_POLICY for torch
+    from workbench.budget import budget_name
+    from workbench.system import machine_info
+
+    machine = machine_info()
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    settings = study.SeedSettings(device=args.device)
+    print(f"machine: {machine.cpu_model}, {machine.cores} cores, load average {load_before[0]:.2f}; "
+          f"{args.env}, one env per actor, NatureCNN ActorCritic; {args.seconds:g} s measured per run after "
+          f"its warm-up, {args.repeats} pass(es); SEED server on {args.device}", flush=True)
+    rows = study.central_inference_study(args.actors, args.seconds, args.env, args.repeats, settings=settings,
+                                         warmup=args.warmup, progress=lambda r: print(progress_line(r), flush=True))
+    print(HEADER)
+    for row in rows:
+        print(table_row(row))
+    last = max(rows, key=lambda r: r.num_actors)
+    ratios = {"seed_vs_impala": last.ratio, "actors": last.num_actors,
+              "p99_ms": last.seed.latency.get("latency_p99_ms", float("nan"))}
+    report = {
+        **record.provenance("central_inference"),
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "env_id": args.env,
+        "workbench_budget": budget_name(),
+        "machine": dataclasses.asdict(machine),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "seed_settings": dataclasses.asdict(settings),
+        "rows": [row.as_dict() for row in rows],
+        "ratios": ratios,
+        "ratios_by_actors": {str(row.num_actors): row.ratio for row in rows},
+        "wall_seconds": time.perf_counter() - started,
+    }
+    record.write(report, args.out)
+    print(f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
+          f"{report['load_average_after'][0]:.2f})")
+    print(f"ratios: seed_vs_impala={ratios['seed_vs_impala']:.2f} actors={ratios['actors']} "
+          f"p99_ms={ratios['p99_ms']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

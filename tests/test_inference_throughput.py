@@ -1,0 +1,111 @@
+"""The SEED-against-IMPALA study (``workbench.inference_throughput``) on tiny settings: both sides
+run and report rates and latencies, the IMPALA actors run their own copy of the model (and the
+SEED actors none), and nothing outlives a measurement, even one that is interrupted. No timing
+is asserted: the figures belong to ``benchmarks/central_inference.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from processes import live_children, wait_gone
+
+from workbench import inference_throughput as study
+from workbench.inference import InferenceServer, LocalActors, SampledPolicy
+
+ENV = "CartPole-v1"
+
+
+def maps_torch(pid: int) -> bool:
+    """Whether process ``pid`` has torch's library mapped (it imported torch)."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def wait_for(condition, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_study_measures_both_sides_and_leaves_no_process():
+    before = live_children()
+    seen: list[study.ThroughputResult] = []
+    rows = study.central_inference_study((1, 2), seconds=0.5, env_id=ENV, warmup=0.2, progress=seen.append)
+    assert [r.num_actors for r in rows] == [1, 2]
+    assert sorted((r.system, r.num_actors) for r in seen) == [("impala", 1), ("impala", 2), ("seed", 1), ("seed", 2)]
+    for row in rows:
+        for result in (row.seed, row.impala):
+            assert result.num_actors == row.num_actors
+            assert result.steps > 0 and result.steps_per_second > 0 and result.seconds >= 0.5
+            assert result.cpu_ms_per_step > 0 and result.actor_rss_mb > 0
+            assert 0 < result.latency["latency_p50_ms"] <= result.latency["latency_p99_ms"]
+        assert row.seed.system == "seed" and row.impala.system == "impala"
+        assert 1.0 <= row.seed.latency["mean_batch_size"] <= row.num_actors
+        assert row.seed.settings["max_batch_size"] == row.num_actors
+        assert row.ratio == pytest.approx(row.seed.steps_per_second / row.impala.steps_per_second)
+        assert len(row.seed_passes) == len(row.impala_passes) == 1
+        assert row.as_dict()["seed_vs_impala"] == row.ratio
+    assert study.ratio(rows) == rows[1].ratio and study.ratio(rows, 1) == rows[0].ratio
+    assert wait_gone(list(live_children() - before)) == []
+
+
+def test_impala_actor_runs_its_own_model_and_seed_actors_none():
+    # A policy that always pushes right: only a process running this model chooses action 1 every time.
+    model = study.make_model(ENV)
+    with torch.no_grad():
+        model.policy_head.weight.zero_()
+        model.policy_head.bias.copy_(torch.tensor([-30.0, 30.0]))
+    before = live_children()
+    with study.ImpalaActors(ENV, 2, model) as actors:
+        pids = actors.pids
+        wait_for(lambda: (actors.arrays["steps"] >= 50).all())
+        actors.check()
+        counts = actors.arrays["actions"].copy()
+        assert all(maps_torch(pid) for pid in pids)
+    assert counts[:, 0].sum() == 0 and (counts[:, 1] >= 50).all()
+    assert wait_gone(pids) == []
+
+    server = InferenceServer(SampledPolicy(model), max_batch_size=2, timeout=0.002)
+    with LocalActors(server, ENV, 2) as seed_actors:
+        wait_for(lambda: seed_actors.steps >= 20)
+        seed_pids = seed_actors.pids
+        assert len(seed_pids) == 2 and not any(maps_torch(pid) for pid in seed_pids)
+    assert wait_gone(seed_pids) == []
+    assert wait_gone(list(live_children() - before)) == []
+
+
+@pytest.mark.parametrize("measure", [study.measure_seed, study.measure_impala], ids=["seed", "impala"])
+def test_an_interrupted_measurement_leaves_no_process(measure, monkeypatch):
+    started: list[int] = []
+
+    def interrupted(*args, **kwargs):
+        started.extend(live_children() - before)
+        raise KeyboardInterrupt  # Ctrl-C while the actors step
+
+    monkeypatch.setattr(study, "_window", interrupted)
+    before = live_children()
+    with pytest.raises(KeyboardInterrupt):
+        measure(ENV, 2, 1.0)
+    assert len(started) >= 2  # the actors were running when the interrupt came
+    assert wait_gone(started) == [] and wait_gone(list(live_children() - before)) == []
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="num_actors"):
+        study.measure_seed(ENV, 0, 1.0)
+    with pytest.raises(ValueError, match="seconds"):
+        study.measure_impala(ENV, 1, 0.0)
+    with pytest.raises(ValueError, match="actor_counts"):
+        study.central_inference_study((1, 0), 1.0, ENV)
+    with pytest.raises(ValueError, match="continuous"):
+        study.make_model("Pendulum-v1")
+    with pytest.raises(ValueError, match="no rows"):
+        study.ratio([])
+    assert study.SeedSettings().timeout_for(4) == 0.002 and study.SeedSettings().timeout_for(8) == 0.0
+    assert study.SeedSettings(timeout=0.005).timeout_for(16) == 0.005
+    assert study.SeedSettings(max_batch_size=4).batch_size_for(8) == 4
+    assert study.SeedSettings().batch_size_for(3) == 3

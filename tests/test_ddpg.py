@@ -63,6 +63,7 @@ def literal_td(agent: DDPG, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def test_the_policy_stays_inside_the_bounds_whatever_its_weights():
+    torch.manual_seed(0)  # unseeded, some draws saturate one action at one bound only
     policy = DeterministicPolicy(3, LOW, HIGH, hidden=(16,))
     torch.nn.init.normal_(policy.head.weight, std=100.0)  # saturate tanh
     actions = policy(torch.randn(500, 3) * 10)

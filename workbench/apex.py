@@ -42,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from workbench.control import RunSettings, Settings
+from workbench.control import BackgroundTraining, RunSettings, Settings
 
 __all__ = [
     "APEX_RECIPES", "Apex", "ApexActor", "ApexConfig", "ApexRecipe", "ReplayServer", "actor_epsilons",
@@ -400,7 +400,7 @@ class ReplayServer:
 # --- the learner, and the run that ties the roles together ----------------------------------------
 
 
-class Apex:
+class Apex(BackgroundTraining):
     """An Ape-X run: actors, the central replay and the learner (this process).
 
     ``train(...)`` runs it in the calling thread until a limit; ``start(...)`` runs the same in a
@@ -414,6 +414,8 @@ class Apex:
         backend: ``"local"`` (processes) or ``"ray"``.
         device: where the learner trains (``"cuda"`` needs a GPU; the actors act on the CPU).
     """
+
+    run_name = "Ape-X"
 
     def __init__(self, config: ApexConfig, *, backend: str = "local", device: str = "cpu") -> None:
         if backend not in BACKENDS:
@@ -450,38 +452,6 @@ class Apex:
             raise ValueError(f"num_actors must be an int in [1, max_actors={self.config.max_actors}], "
                              f"got {num_actors!r}; raise ApexConfig.max_actors for more.")
         self.settings.update(num_actors=num_actors)
-
-    def start(self, **limits: Any) -> "Apex":
-        """Run ``train(**limits)`` in a background thread and return at once."""
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("this Ape-X run is already going; stop() it first.")
-        self._thread = threading.Thread(target=self._train_quietly, kwargs=limits, name="workbench-apex", daemon=True)
-        self._thread.start()
-        return self
-
-    def _train_quietly(self, **limits: Any) -> None:
-        try:
-            self.train(**limits)
-        except BaseException as error:  # noqa: BLE001 - shown through status/error in the notebook
-            self.error = error
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """End the run (from any thread) and wait for its processes to go."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self.error is not None:
-            raise RuntimeError(f"the Ape-X run failed: {self.error!r}") from self.error
-
-    def __enter__(self) -> "Apex":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def actor_pids(self) -> dict[int, int]:
         """Process ids of the local back end's actors (index -> pid)."""

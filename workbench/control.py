@@ -122,3 +122,50 @@ class RunSettings:
 
     def __repr__(self) -> str:
         return f"RunSettings({self.current})"
+
+
+class BackgroundTraining:
+    """``start`` / ``stop`` / ``wait`` for a run whose ``train(**limits)`` loop checks ``_stop``:
+    the loop goes in a background thread so that a notebook stays live (Ape-X and SEED runs).
+
+    A subclass sets ``_thread = None``, ``_stop = threading.Event()`` and ``error = None`` and
+    names itself in ``run_name`` (for messages)."""
+
+    run_name = "run"
+    _thread: "threading.Thread | None"
+    _stop: threading.Event
+    error: "BaseException | None"
+
+    def start(self, **limits: Any):
+        """Run ``train(**limits)`` in a background thread and return at once."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError(f"this {self.run_name} run is already going; stop() it first.")
+        self._thread = threading.Thread(target=self._train_quietly, kwargs=limits,
+                                        name=f"workbench-{self.run_name.lower()}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _train_quietly(self, **limits: Any) -> None:
+        try:
+            self.train(**limits)
+        except BaseException as error:  # noqa: BLE001 - shown through status/error in the notebook
+            self.error = error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """End the run (from any thread) and wait for its processes to go."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the background run to end; raise its failure, if it failed."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise RuntimeError(f"the {self.run_name} run failed: {self.error!r}") from self.error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -35,7 +35,7 @@ import torch
 
 from workbench.algos.impala import IMPALA, IMPALAConfig
 from workbench.algos.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
-from workbench.control import RunSettings, Settings
+from workbench.control import BackgroundTraining, RunSettings, Settings
 from workbench.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
 from workbench.envs import env_spaces
 from workbench.models import ActorCritic, RecurrentQNetwork
@@ -274,7 +274,7 @@ def _learner_config(config: SeedConfig) -> Any:
     return config.learner or R2D2Config()
 
 
-class Seed:
+class Seed(BackgroundTraining):
     """A SEED RL run: server + actors + learner, from a :class:`SeedConfig`.
 
     ``train(...)`` runs until a limit; ``start(...)``/``stop()`` run it in a background thread.
@@ -287,6 +287,8 @@ class Seed:
         device: where the model lives: the server's forward passes and the learner's updates
             (``"auto"``: the GPU when there is one).
     """
+
+    run_name = "SEED"
 
     def __init__(self, config: SeedConfig, *, device: str = "cpu") -> None:
         self.config = config
@@ -358,38 +360,6 @@ class Seed:
             raise ValueError("the serial transport steps a fixed set of envs; use transport='local' "
                              "to add or remove actors while the run goes.")
         self.settings.update(num_actors=num_actors)
-
-    def start(self, **limits: Any) -> "Seed":
-        """Run ``train(**limits)`` in a background thread and return at once."""
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("this SEED run is already going; stop() it first.")
-        self._thread = threading.Thread(target=self._train_quietly, kwargs=limits, name="workbench-seed", daemon=True)
-        self._thread.start()
-        return self
-
-    def _train_quietly(self, **limits: Any) -> None:
-        try:
-            self.train(**limits)
-        except BaseException as error:  # noqa: BLE001 - shown through status/error in the notebook
-            self.error = error
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """End the run (from any thread) and wait for its processes to go."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self.error is not None:
-            raise RuntimeError(f"the SEED run failed: {self.error!r}") from self.error
-
-    def __enter__(self) -> "Seed":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def actor_pids(self) -> list[int]:
         return self._actors.pids if isinstance(self._actors, LocalActors) else []

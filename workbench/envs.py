@@ -121,7 +121,9 @@ class VectorEnv:
     def is_async(self) -> bool:
         return self.batch_size < self.num_envs
 
-    def reset(self, seed: "int | Sequence[int] | np.ndarray | None" = None) -> tuple[np.ndarray, dict]:
+    def reset(
+        self, seed: "int | Sequence[int] | np.ndarray | None" = None
+    ) -> tuple[np.ndarray, dict]:
         """Reset every env. ``seed``: env ``i`` gets ``seed + i`` (an int), or ``seed[i]``."""
         if seed is not None:
             if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -172,7 +174,9 @@ class VectorEnv:
             obs, raw_reward, game_over, truncated, info = self.inner.step(self._pending)
         return self._track(obs, raw_reward, game_over, truncated, info)
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         self.send(actions)
         return self.recv()
 
@@ -269,10 +273,16 @@ def _check_env_id(env_id: str) -> None:
 
 def _check_counts(num_envs: int, batch_size: int | None) -> int:
     if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}; use num_envs >= 1.")
+        raise ValueError(
+            f"num_envs must be a positive integer, got {num_envs!r}; use num_envs >= 1."
+        )
     if batch_size is None:
         return int(num_envs)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     if batch_size > num_envs or num_envs % batch_size:
         divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
@@ -457,7 +467,9 @@ class HideVelocity(gym.ObservationWrapper):
                 "CartPole env (gym.make('CartPole-v1'))"
             )
         keep = list(self.KEEP)
-        self.observation_space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+        self.observation_space = gym.spaces.Box(
+            space.low[keep], space.high[keep], dtype=space.dtype
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return np.asarray(observation)[list(self.KEEP)]

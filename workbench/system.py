@@ -1,10 +1,16 @@
-"""What this machine has (cores, accelerators), and device names checked with a clear error."""
+"""What this machine has (cores, accelerators, a free port), and device names checked with a clear
+error."""
 
 from __future__ import annotations
 
 import os
 import platform
+import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -94,3 +100,65 @@ def resolve_device(device: "str | None" = "auto"):
     if resolved.type != "cpu":
         raise ValueError(f"device={device!r} is not supported; use 'cpu', 'cuda:N' or 'auto'.")
     return resolved
+
+
+def check_learner_devices(
+    devices: Sequence[str], backend: str | None
+) -> tuple[list[torch.device], str]:
+    """The devices of a data-parallel learner group to compute on (cpu indices are only labels) and
+    its backend (gloo, NCCL), checked with errors that name the fix."""
+    import torch
+
+    if isinstance(devices, (str, torch.device)):
+        raise ValueError(
+            f"devices={devices!r} is a single device; DataParallelLearner takes a sequence of at "
+            "least 2, e.g. ('cpu:0', 'cpu:1') or ('cuda:0', 'cuda:1'). With a single device "
+            "use the algorithm directly: PPO(model, config, device=...), DQN(...) ..."
+        )
+    devices = list(devices)
+    if len(devices) < 2:
+        raise ValueError(
+            f"DataParallelLearner needs at least 2 devices, got {devices!r}. With a single device "
+            "use the algorithm directly: PPO(model, config, device=...), DQN(...) ..."
+        )
+    resolved = [resolve_device(str(d)) for d in devices]  # ValueError naming the fix (no GPU...)
+    kinds = {d.type for d in resolved}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"devices {devices!r} mix cpu and cuda: one learner group runs on one kind, all "
+            "'cpu:N' (gloo) or all 'cuda:N' (NCCL). Use ('cpu:0', 'cpu:1') or ('cuda:0', 'cuda:1')."
+        )
+    kind = kinds.pop()
+    if kind == "cuda":
+        indices = [d.index for d in resolved]
+        if len(set(indices)) != len(indices):
+            raise ValueError(
+                f"devices {devices!r} name a GPU twice; NCCL runs one learner per GPU. Use "
+                f"distinct GPUs (this machine has {torch.cuda.device_count()})."
+            )
+    if backend is None:
+        backend = "nccl" if kind == "cuda" else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be None, 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and kind == "cpu":
+        raise ValueError("backend='nccl' needs cuda devices; CPU learners use backend='gloo'")
+    if not torch.distributed.is_available():
+        raise ValueError("this torch build has no torch.distributed; install the standard wheel")
+    available = {
+        "gloo": torch.distributed.is_gloo_available(),
+        "nccl": torch.distributed.is_nccl_available(),
+    }
+    if not available[backend]:
+        raise ValueError(
+            f"backend {backend!r} is not available in this torch build ({torch.__version__}); "
+            "use backend='gloo', or a CUDA build of torch for NCCL"
+        )
+    compute = [torch.device("cpu") if d.type == "cpu" else d for d in resolved]
+    return compute, backend
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

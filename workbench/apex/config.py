@@ -1,0 +1,191 @@
+"""Ape-X's settings, and what each actor explores with (Horgan et al. 2018, Sec. 4.1 and App. C)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.envs import env_spaces, is_atari
+from workbench.learners import DDPG, DQN, DDPGConfig, DQNConfig
+from workbench.models import ContinuousQ, DeterministicPolicy, QNetwork
+
+__all__ = ["ApexConfig", "actor_epsilons", "actor_noise_scales", "check_count", "make_agent"]
+
+
+def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
+    """Ape-X's per-actor epsilons (Horgan et al. 2018, Sec. 4.1): ``base ** (1 + alpha i / (N - 1))``.
+
+    With ``N = 1`` the single actor gets ``base``. Actor 0 explores most (0.4), actor N-1 least
+    (``0.4 ** 8`` ~ 0.00066): a spread of behaviours feeding one replay.
+    """
+    check_count(num_actors, "num_actors")
+    if num_actors == 1:
+        return [base]
+    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
+
+
+def actor_noise_scales(num_actors: int, high: float = 0.5, low: float = 0.05) -> list[float]:
+    """Ape-X DPG's per-actor Gaussian noise scales (in half action ranges), spread geometrically
+    from ``high`` (actor 0) to ``low`` (actor N-1), as the epsilons are for Ape-X DQN."""
+    check_count(num_actors, "num_actors")
+    if num_actors == 1:
+        return [math.sqrt(high * low)]
+    return [high * (low / high) ** (i / (num_actors - 1)) for i in range(num_actors)]
+
+
+def check_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclass
+class ApexConfig:
+    """An Ape-X run. Defaults are the paper's (Horgan et al. 2018, Appendix C) where they apply to a
+    single machine; the agent's own hyperparameters live in ``agent`` (``DQNConfig`` or
+    ``DDPGConfig``: n_step, gamma, double, learning rate, batch_size, target updates)."""
+
+    env_id: str = "CartPole-v1"
+    algo: str = "dqn"
+    """``"dqn"`` (Ape-X DQN) or ``"ddpg"`` (Ape-X DPG, Sec. 3.2)."""
+    agent: Any = None
+    """``algos.dqn.DQNConfig`` or ``algos.ddpg.DDPGConfig`` (None: the defaults)."""
+    model_options: dict = field(default_factory=dict)
+    """Keyword arguments of the networks (``QNetwork``: dueling, hidden, num_atoms ...)."""
+    num_actors: int = 4
+    max_actors: int = 16
+    """Most actors the run may grow to while it goes."""
+    envs_per_actor: int = 1
+    block_steps: int = 50
+    """Steps per env in an actor's local buffer before it sends them (the paper's B = 50)."""
+    parameter_sync_frames: int = 400
+    """Frames between an actor's parameter refreshes (the paper's 400; 100 agent steps on Atari)."""
+    publish_interval: int = 10
+    """Learner updates between parameter publications."""
+    replay_capacity: int = 100_000
+    """Transitions the central replay holds (the paper's 2M on a large machine)."""
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    """The paper's alpha and beta (fixed in Ape-X; no annealing)."""
+    learning_starts: int = 1_000
+    """Transitions in the replay before the learner starts (the paper's 50k)."""
+    max_replay_ratio: float | None = None
+    """Cap on samples trained per transition added (None: the learner runs freely, as in the
+    paper). A cap makes a run's learner updates per env step the same on a fast and a slow machine."""
+    min_replay_ratio: float | None = None
+    """Floor on the same ratio: the replay stops taking actors' blocks (they wait) while the
+    learner lags behind it (None: actors run freely, as in the paper). Not the paper's; on a
+    machine with fewer cores than actors it keeps the learner from falling behind (rlpyt's
+    asynchronous runner throttles its sampler the same way)."""
+    exploration_base: float = 0.4
+    exploration_alpha: float = 7.0
+    seed: int = 0
+    learner_threads: int = 1
+    """torch threads of the learner (each actor uses one)."""
+
+    def __post_init__(self) -> None:
+        if self.algo not in ("dqn", "ddpg"):
+            raise ValueError(f"ApexConfig.algo must be 'dqn' or 'ddpg', got {self.algo!r}")
+        if self.agent is None:
+            self.agent = default_agent_config(self.algo)
+        for name in (
+            "num_actors",
+            "max_actors",
+            "envs_per_actor",
+            "block_steps",
+            "parameter_sync_frames",
+            "publish_interval",
+            "replay_capacity",
+            "learning_starts",
+            "learner_threads",
+        ):
+            check_count(getattr(self, name), f"ApexConfig.{name}")
+        if self.num_actors > self.max_actors:
+            raise ValueError(
+                f"ApexConfig.num_actors={self.num_actors} > max_actors={self.max_actors}; "
+                "raise max_actors."
+            )
+        if self.replay_capacity < self.agent.batch_size:
+            raise ValueError(
+                f"ApexConfig.replay_capacity {self.replay_capacity} < the learner's batch_size "
+                f"{self.agent.batch_size}: the replay must hold at least one batch."
+            )
+        low, high = self.min_replay_ratio, self.max_replay_ratio
+        if low is not None and not low > 0:
+            raise ValueError(
+                f"ApexConfig.min_replay_ratio={low} must be > 0 (or None: actors never wait)."
+            )
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"ApexConfig.min_replay_ratio={low} > max_replay_ratio={high}.")
+        if self.learning_starts < self.agent.batch_size:
+            raise ValueError(
+                f"ApexConfig.learning_starts {self.learning_starts} < batch_size "
+                f"{self.agent.batch_size}: the first batch needs that many transitions."
+            )
+
+    @property
+    def frame_skip(self) -> int:
+        return 4 if is_atari(self.env_id) else 1
+
+    @property
+    def frame_storage(self) -> bool:
+        """Atari: actors send steps and the replay keeps each frame once (``replay.FrameStorage``),
+        rebuilding stacks and n-step windows by index (7 KB per step against 56 KB)."""
+        return is_atari(self.env_id)
+
+    @property
+    def parameter_sync_steps(self) -> int:
+        """Agent steps per env between parameter refreshes."""
+        return max(1, self.parameter_sync_frames // self.frame_skip)
+
+    def explorations(self, num_actors: int) -> list[float]:
+        """Each actor's exploration: epsilons (DQN) or noise scales (DPG)."""
+        if self.algo == "dqn":
+            return actor_epsilons(num_actors, self.exploration_base, self.exploration_alpha)
+        return actor_noise_scales(num_actors)
+
+
+def default_agent_config(algo: str) -> Any:
+    if algo == "dqn":
+        # Ape-X DQN (Appendix C): 3-step double Q, batch 512, Adam... lr 0.00025 / 4, target every 2,500.
+        return DQNConfig(
+            n_step=3,
+            double=True,
+            batch_size=512,
+            learning_rate=0.00025 / 4,
+            target_update_interval=2_500,
+            max_grad_norm=40.0,
+            prioritized=True,
+            priority_alpha=0.6,
+            priority_beta_start=0.4,
+            replay_capacity=100_000,
+        )
+    return DDPGConfig(n_step=3, prioritized=True)
+
+
+def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
+    """The learner (or an actor's copy): ``DQN`` on a ``QNetwork`` or ``DDPG`` on a policy and a
+    critic, sized from the env's spaces (the central replay serves them both)."""
+    observation_space, action_space = env_spaces(config.env_id)
+    if config.algo == "dqn":
+        if not hasattr(action_space, "n"):
+            raise ValueError(
+                f"{config.env_id} has continuous actions; Ape-X DQN needs discrete ones. "
+                "Use algo='ddpg' (Ape-X DPG)."
+            )
+        q_network = QNetwork(observation_space.shape, int(action_space.n), **config.model_options)
+        return DQN(q_network, config.agent, device=device)
+    if hasattr(action_space, "n"):
+        raise ValueError(
+            f"{config.env_id} has discrete actions; Ape-X DPG needs continuous ones. Use algo='dqn'."
+        )
+    obs_dim = int(np.prod(observation_space.shape))
+    policy = DeterministicPolicy(
+        obs_dim, action_space.low, action_space.high, **config.model_options
+    )
+    critic = ContinuousQ(obs_dim, int(np.prod(action_space.shape)), **config.model_options)
+    return DDPG(policy, critic, config.agent, device=device)

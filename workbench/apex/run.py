@@ -1,0 +1,274 @@
+"""An Ape-X run: actors, one central prioritized replay, and the learner (Horgan et al. 2018, Fig. 1).
+
+The learner (this process, Alg. 2) keeps two sampled batches in flight while it learns: it takes a
+prioritized batch, makes one ``DQN`` or ``DDPG`` update on it with its importance weights, sends
+the new priorities back, and publishes its parameters every ``publish_interval`` updates. The
+actors (``actor.ApexActor``) and the replay (``replay_server.ReplayServer``) run where the
+transport puts them (``transports``: local processes, or Ray actors over a cluster).
+
+On the shared life cycle (``runs.lifecycle``): ``start`` / ``run`` with the four limits, ``stop``,
+``wait``; a row every ``log_interval`` seconds (``charts/...``, ``losses/...`` and ``apex/...``:
+transitions added and sampled, the replay's size, the return of the actor exploring least, per-actor
+counts); events when actors are added, retired or restarted; a checkpoint of the learner (model,
+optimizer, counters) that ``Apex.from_checkpoint`` continues from. The replay is not saved: the
+actors refill it on resume (``apex/replay_size`` starts again from 0).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.apex.config import ApexConfig, make_agent
+from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
+from workbench.runs.lifecycle import Limits, RunLifecycle
+from workbench.runs.records import config_from_dict, config_to_dict, load_checkpoint_file
+from workbench.runs.settings import RunSettings, Settings
+from workbench.system import resolve_device
+
+__all__ = ["Apex"]
+
+
+class Apex(RunLifecycle):
+    """An Ape-X run (module docstring).
+
+    Args:
+        config: an ``ApexConfig``.
+        transport: ``"local"`` (processes) or ``"ray"``.
+        device: where the learner trains (``"cuda"`` needs a GPU; the actors act on the CPU).
+        name, runs_dir: the run's folder (``runs.lifecycle.RunLifecycle``).
+        limits: the default limits of ``start()`` / ``run()``.
+        target_metric: the row key a ``target_return`` applies to: ``"apex/return_least_exploring"``
+            (the actor exploring least, its last 10 episodes, at least 5: the default for Ape-X
+            DQN) or ``"charts/mean_return"`` (the last 20 episodes of all actors; Ape-X DPG's).
+        log_interval: seconds between rows.
+        checkpoint_every: rows between checkpoints (0: when the loop ends).
+    """
+
+    kind = "apex"
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        *,
+        transport: str = "local",
+        device: str = "cpu",
+        name: str | None = None,
+        runs_dir: str | None = None,
+        limits: Limits | None = None,
+        target_metric: str | None = None,
+        log_interval: float = 1.0,
+        checkpoint_every: int = 0,
+    ) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if transport == "ray":
+            from workbench.cluster import import_ray
+
+            import_ray()  # a clear ImportError now, not when the loop starts
+        if target_metric is None:
+            target_metric = (
+                "apex/return_least_exploring" if config.algo == "dqn" else "charts/mean_return"
+            )
+        if target_metric not in ("apex/return_least_exploring", "charts/mean_return"):
+            raise ValueError(
+                f"target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', got {target_metric!r}"
+            )
+        self.config = config
+        self.transport_name = transport
+        self.device = resolve_device(device)
+        self.agent = make_agent(config, self.device)
+        self.target_metric = target_metric
+        self.log_interval = float(log_interval)
+        settings = RunSettings(
+            Settings(
+                num_actors=config.num_actors,
+                num_envs=config.max_actors,
+                horizon=1,
+                minibatch_size=1,
+            )
+        )
+        super().__init__(
+            name=name,
+            runs_dir=runs_dir,
+            label=f"apex_{config.env_id}",
+            settings=settings,
+            limits=limits or Limits(),
+            checkpoint_every=checkpoint_every,
+        )
+        self.transport: ApexTransport | None = None
+        self.restarts = 0
+        self.running_actors: list[int] = []
+        self._env_steps_before = 0  # env steps of earlier segments (the replay counts this one's)
+        self._episodes: dict[int, deque] = {}
+
+    # --- control ----------------------------------------------------------------------------------
+
+    def set_num_actors(self, num_actors: int) -> None:
+        """Ask for ``num_actors`` actors; the learner applies it at its next step."""
+        limit = self.config.max_actors
+        if (
+            isinstance(num_actors, bool)
+            or not isinstance(num_actors, int)
+            or not 1 <= num_actors <= limit
+        ):
+            raise ValueError(
+                f"num_actors must be an int in [1, max_actors={limit}], got {num_actors!r}; "
+                "raise ApexConfig.max_actors for more."
+            )
+        self.settings.update(num_actors=num_actors)
+
+    def actor_pids(self) -> dict[int, int]:
+        """Process ids of the actors (index -> pid) while the run goes."""
+        return {} if self.transport is None else self.transport.actor_pids()
+
+    # --- the loop's steps -------------------------------------------------------------------------
+
+    def open_loop(self) -> None:
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(self.config.learner_threads)
+        self._env_steps_before = self.env_steps
+        self._metrics: dict[str, float] = {}
+        self._next_row = time.monotonic() + self.log_interval
+        self._last_added, self._last_row_wall = 0, self.wall_seconds
+        self.transport = make_transport(self.transport_name, self.config, self.agent.actor_state())
+        self.running_actors = []
+        self._resize(self.settings.applied.num_actors)
+
+    def close_loop(self) -> None:
+        try:
+            if self.transport is not None:
+                self.transport.close()
+        finally:
+            self.transport = None
+            torch.set_num_threads(self._threads)
+
+    def apply_settings(self, new: Settings, old: Settings) -> None:
+        if new.num_actors != len(self.running_actors):
+            self._resize(new.num_actors)
+
+    def _resize(self, num_actors: int) -> None:
+        self.transport.set_explorations(self.config.explorations(num_actors))
+        for index in range(len(self.running_actors), num_actors):
+            self.transport.start_actor(index)
+        for index in range(num_actors, len(self.running_actors)):
+            self.transport.stop_actor(index)
+        self.running_actors = list(range(num_actors))
+
+    def step(self) -> dict[str, Any] | None:
+        transport = self.transport
+        for index in transport.dead_actors():
+            transport.restart_actor(index)
+            self.restarts += 1
+            self.event("actor_restart", actor=index)
+        batch_size = self.config.agent.batch_size
+        while transport.pending_batches < 2:  # one batch in flight while the learner learns
+            transport.request_sample(batch_size)
+        sample = transport.take_batch(timeout=0.05)
+        if sample is not None:
+            batch, indices, weights = sample
+            self._metrics = self.agent.update({**batch, "weights": weights})
+            transport.update_priorities(indices, self.agent.priorities)
+            self.updates += 1
+            if self.updates % self.config.publish_interval == 0:
+                transport.publish(self.agent.actor_state())
+        if time.monotonic() < self._next_row:
+            return None
+        self._next_row = time.monotonic() + self.log_interval
+        return self._row()
+
+    def final_row(self) -> dict[str, Any] | None:
+        return self._row() if self.transport is not None else None
+
+    def _row(self) -> dict[str, Any]:
+        stats = self.transport.stats()
+        for actor, episode_return in stats["episodes"]:
+            self._episodes.setdefault(actor, deque(maxlen=10)).append(episode_return)
+        self.record_episodes([r for _, r in stats["episodes"]])
+        per_actor = stats["per_actor"]
+        self.env_steps = self._env_steps_before + sum(a["env_steps"] for a in per_actor.values())
+        least_exploring = max(self.running_actors) if self.running_actors else None
+        greedy = self._episodes.get(least_exploring, ())
+        elapsed = max(self.wall_seconds - self._last_row_wall, 1e-9)
+        row = {
+            **self._metrics,
+            "charts/num_actors": len(self.running_actors),
+            "apex/transitions_added": stats["added"],
+            "apex/samples_trained": stats["sampled"],
+            "apex/replay_size": stats["replay_size"],
+            "apex/transitions_per_second": (stats["added"] - self._last_added) / elapsed,
+            "apex/return_least_exploring": float(np.mean(greedy)) if len(greedy) >= 5 else None,
+            "apex/restarts": self.restarts,
+            "apex/per_actor": {
+                int(i): {
+                    "transitions": a["transitions"],
+                    "env_steps": a["env_steps"],
+                    "episodes": a["episodes"],
+                    "exploration": a.get("exploration"),
+                    "mean_return": float(np.mean(a["returns"])) if a["returns"] else None,
+                }
+                for i, a in per_actor.items()
+            },
+        }
+        self._last_added, self._last_row_wall = stats["added"], self.wall_seconds
+        return row
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "env_id": self.config.env_id,
+            "config": config_to_dict(self.config),
+            "transport": self.transport_name,
+            "device": str(self.device),
+            "algo": f"{type(self.agent).__module__}.{type(self.agent).__qualname__}",
+        }
+
+    def run_state(self) -> dict[str, Any]:
+        return {
+            "config": config_to_dict(self.config),
+            "agent": self.agent.state_dict(),
+            "restarts": self.restarts,
+            "replay": "not saved: the actors refill the replay on resume",
+        }
+
+    def load_run_state(self, state: dict[str, Any]) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.restarts = int(state.get("restarts", 0))
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Any,
+        *,
+        config: ApexConfig | None = None,
+        transport: str = "local",
+        device: str = "cpu",
+        runs_dir: str | None = None,
+        **options: Any,
+    ) -> "Apex":
+        """An Ape-X run that continues a checkpoint (a file, or a run's folder): the learner's
+        weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
+        defaults to the saved one; the run keeps its name, so its metrics file grows. Not started."""
+        saved = load_checkpoint_file(path)
+        config = config or config_from_dict(saved["state"]["config"])
+        if runs_dir is None:
+            from pathlib import Path
+
+            folder = Path(path) if Path(path).is_dir() else Path(path).parent
+            runs_dir = str(folder.parent)
+        run = cls(
+            config,
+            transport=transport,
+            device=device,
+            name=saved["name"],
+            runs_dir=runs_dir,
+            **options,
+        )
+        run.settings.update(num_actors=saved["settings"]["num_actors"])
+        run.settings.take_changes(0)
+        return run.load_checkpoint(saved, str(path))

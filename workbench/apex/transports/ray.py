@@ -1,0 +1,186 @@
+"""Ape-X on Ray (``pip install "workbench[distributed]"``): the replay and the actors as Ray actors.
+
+Actors send their blocks straight to the replay actor (the learner's process never touches the
+data) and are placed round-robin over the cluster's nodes (``cluster.node_for``); the learner runs
+in the calling process. ``ray.init()`` on this machine, or ``ray.init(address=...)`` first to use a
+cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.apex.actor import ApexActor
+from workbench.apex.config import ApexConfig
+from workbench.apex.replay_server import ReplayServer
+from workbench.cluster import ensure_ray, node_for
+
+__all__ = ["RayTransport"]
+
+
+class _RayActorRole:
+    """An ``ApexActor`` inside a Ray actor: collects a block and sends it straight to the replay
+    actor (the learner's process never touches the data)."""
+
+    def __init__(self, config: ApexConfig, index: int, exploration: float, replay: Any) -> None:
+        self.actor = ApexActor(config, index, exploration)
+        self.replay = replay
+        self._last_add = None
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def collect(
+        self, parameters: dict[str, torch.Tensor] | None, version: int, exploration: float
+    ) -> int:
+        import ray
+
+        if parameters is not None and version != self.actor.parameter_version:
+            self.actor.load_parameters(parameters, version)
+        self.actor.exploration = exploration
+        block = self.actor.collect()
+        if self._last_add is not None:
+            ray.get(self._last_add)  # one block in flight per actor: the replay sets the pace
+        while not ray.get(self.replay.accepting.remote()):  # the learner lags (min_replay_ratio)
+            time.sleep(0.01)
+        self._last_add = self.replay.add_block.remote(block)
+        return block["env_steps"]
+
+
+class RayTransport:
+    """The replay and the actors as Ray actors; the learner in this process."""
+
+    name = "ray"
+
+    def __init__(self, config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> None:
+        ray = self.ray = ensure_ray()
+        self.config = config
+        # num_cpus=0: the roles are scheduled by placement, not by CPU accounting, so a 2-core
+        # machine runs 16 actors (as the local back end does).
+        self.replay = ray.remote(num_cpus=0)(ReplayServer).remote(config)
+        self._remote_actor = ray.remote(num_cpus=0, max_restarts=0)(_RayActorRole)
+        self.parameters_ref = ray.put(actor_state)
+        self.version = 1
+        self.actors: dict[int, Any] = {}
+        self.explorations: list[float] = []
+        self._in_flight: dict[Any, int] = {}
+        self._blocks_since_sync: dict[int, int] = {}
+        self._dead: set[int] = set()
+        self._samples: deque = deque()
+        self._priority_refs: deque = deque()
+
+    def set_explorations(self, values: list[float]) -> None:
+        self.explorations = list(values)
+
+    def start_actor(self, index: int) -> None:
+        # Round-robin over the nodes alive now (cluster.node_for).
+        handle = self._remote_actor.options(scheduling_strategy=node_for(index)).remote(
+            self.config, index, self.explorations[index], self.replay
+        )
+        self.actors[index] = handle
+        self._blocks_since_sync[index] = math.inf
+        self._dead.discard(index)
+        self._launch(index)
+
+    def _launch(self, index: int) -> None:
+        sync_blocks = math.ceil(self.config.parameter_sync_steps / self.config.block_steps)
+        parameters = None
+        if self._blocks_since_sync[index] >= sync_blocks:
+            parameters, self._blocks_since_sync[index] = self.parameters_ref, 0
+        self._blocks_since_sync[index] += 1
+        ref = self.actors[index].collect.remote(parameters, self.version, self.explorations[index])
+        self._in_flight[ref] = index
+
+    def _poll(self) -> None:
+        if not self._in_flight:
+            return
+        done, _ = self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+        for ref in done:
+            index = self._in_flight.pop(ref)
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                self._dead.add(index)
+                continue
+            if index in self.actors:
+                self._launch(index)
+
+    def stop_actor(self, index: int) -> None:
+        handle = self.actors.pop(index)
+        self.ray.kill(handle)
+
+    def restart_actor(self, index: int) -> None:
+        """A fresh actor in place of a dead one (the replay keeps what the dead one sent)."""
+        self.actors.pop(index, None)
+        self.start_actor(index)
+
+    def dead_actors(self) -> list[int]:
+        self._poll()
+        return [index for index in self._dead if index in self.actors]
+
+    def actor_handles(self) -> dict[int, Any]:
+        return dict(self.actors)
+
+    def actor_pids(self) -> dict[int, int]:
+        """Process ids of the actors (index -> pid), asked of each Ray actor."""
+        refs = {index: handle.pid.remote() for index, handle in self.actors.items()}
+        pids = {}
+        for index, ref in refs.items():
+            try:
+                pids[index] = self.ray.get(ref, timeout=30)
+            except self.ray.exceptions.RayError:
+                pass  # dead, or dying: it has no pid to show
+        return pids
+
+    def publish(self, state: dict[str, torch.Tensor]) -> None:
+        self.parameters_ref = self.ray.put({key: value.cpu() for key, value in state.items()})
+        self.version += 1
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._samples)
+
+    def request_sample(self, batch_size: int) -> None:
+        self._samples.append(self.replay.sample.remote(batch_size))
+
+    def take_batch(self, timeout: float) -> Any:
+        self._poll()
+        if not self._samples:
+            return None
+        done, _ = self.ray.wait([self._samples[0]], timeout=timeout)
+        if not done:
+            return None
+        sample = self.ray.get(self._samples.popleft())
+        if sample is None:  # the replay is warming up: the learner asks again
+            time.sleep(min(timeout, 0.02))
+            return None
+        batch, indices, weights = sample
+        # Ray hands out read-only views of its object store; torch wants arrays it may write.
+        return {key: np.array(value) for key, value in batch.items()}, indices, np.array(weights)
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        self._priority_refs.append(self.replay.update_priorities.remote(indices, priorities))
+        while len(self._priority_refs) > 4:  # bound what is queued at the replay
+            self.ray.get(self._priority_refs.popleft())
+
+    def stats(self) -> dict[str, Any]:
+        self._poll()
+        return self.ray.get(self.replay.take_stats.remote(), timeout=60)
+
+    def close(self) -> None:
+        for handle in self.actors.values():
+            self.ray.kill(handle)
+        self.actors.clear()
+        self.ray.kill(self.replay)

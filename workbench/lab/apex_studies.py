@@ -1,0 +1,171 @@
+"""The Ape-X studies of notebook 06: a CartPole run, and throughput against the number of actors."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from workbench.apex import Apex, ApexConfig
+from workbench.lab.curves import study_dir
+from workbench.learners import DQNConfig
+
+__all__ = ["APEX_CARTPOLE_AGENT", "ApexThroughput", "apex_cartpole_config", "apex_throughput"]
+
+
+APEX_CARTPOLE_AGENT = dict(
+    n_step=3,
+    double=True,
+    batch_size=64,
+    learning_rate=1e-3,
+    adam_eps=1e-8,
+    replay_capacity=100_000,
+    target_update_interval=256,
+    prioritized=True,
+    priority_alpha=0.6,
+    max_grad_norm=10.0,
+)
+"""``DQNConfig`` fields of Ape-X on CartPole-v1: the paper's 3-step double Q on a dueling network
+(Horgan et al. 2018, Appendix C), with CartPole's batch, learning rate and target interval (the agent
+of ``tests/test_apex.py``'s CartPole runs). With 4 actors it reached a return of 475 here in 8k-28k
+learner updates (0.5-1.5 min on 2 cores), 200 in 4k-32k."""
+
+
+def apex_cartpole_config(**changes: Any) -> ApexConfig:
+    """An ``apex.ApexConfig`` for Ape-X DQN on CartPole-v1: ``APEX_CARTPOLE_AGENT``, a dueling MLP
+    (64, 64), 1,000 transitions before learning; ``changes`` replace any ``ApexConfig`` field
+    (``num_actors=4``, ``max_replay_ratio=32.0``, ``model_options=...``)."""
+    values: dict[str, Any] = dict(
+        env_id="CartPole-v1",
+        agent=DQNConfig(**APEX_CARTPOLE_AGENT),
+        model_options=dict(dueling=True, hidden=(64, 64)),
+        num_actors=2,
+        max_actors=16,
+        learning_starts=1_000,
+        seed=0,
+    )
+    values.update(changes)
+    return ApexConfig(**values)
+
+
+@dataclass
+class ApexThroughput:
+    """One Ape-X run measured after its warm-up: how fast data goes in and how fast it is learned.
+
+    Rates are differences of the run's counters between the first row at which every actor had
+    sent a block and the learner was updating, and the last row, over the wall time between them.
+    """
+
+    num_actors: int
+    transitions_per_second: float
+    """n-step transitions added to the central replay per second (all actors together)."""
+    env_steps_per_second: float
+    """Env steps per second, all actors together (about the transitions: one per step)."""
+    updates_per_second: float
+    """Learner updates (gradient steps) per second."""
+    samples_per_second: float
+    """Transitions trained on per second: updates x batch size."""
+    seconds: float
+    """Wall seconds measured (the window between the two rows)."""
+    warmup_seconds: float
+    """Seconds from ``train()`` to the window's first row: processes started, replay warmed up."""
+    per_actor_transitions: dict[int, int] = field(default_factory=dict)
+    """Transitions each actor sent within the window."""
+
+    @property
+    def replay_ratio(self) -> float:
+        """Samples trained per transition added: how often each transition is replayed."""
+        return self.samples_per_second / max(self.transitions_per_second, 1e-9)
+
+
+def apex_throughput(
+    actor_counts: Sequence[int] = (1, 2, 4),
+    *,
+    seconds: float = 5.0,
+    config: ApexConfig | None = None,
+    transport: str = "local",
+    warmup_timeout: float = 120.0,
+    log_interval: float = 0.5,
+    progress: bool = True,
+    runs_dir: str | None = None,
+) -> list[ApexThroughput]:
+    """Ape-X throughput against the number of actors (Horgan et al. 2018, Fig. 5's question on
+    this machine): one run per count, each measured for ``seconds`` after its warm-up.
+
+    Each run is ``config`` (default :func:`apex_cartpole_config`: CartPole, a free-running
+    learner) with ``num_actors`` set, run in this thread until ``seconds`` have passed since the
+    first row at which every actor had sent a block and the learner was updating; then stopped
+    (its processes end). Returns one :class:`ApexThroughput` per count, in order.
+
+    Raises TimeoutError if a run does not warm up within ``warmup_timeout`` seconds.
+    """
+    if not seconds > 0:
+        raise ValueError(f"apex_throughput: seconds must be > 0, got {seconds!r}.")
+    config = config or apex_cartpole_config()
+    runs_dir = runs_dir or study_dir("workbench-apex-throughput-")
+    results = []
+    for count in actor_counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"apex_throughput: actor counts must be positive ints, got {count!r}.")
+        run_config = dataclasses.replace(
+            config, num_actors=count, max_actors=max(config.max_actors, count)
+        )
+        apex = Apex(
+            run_config,
+            transport=transport,
+            log_interval=log_interval,
+            runs_dir=runs_dir,
+            name=f"apex-throughput-{count}-actors",
+        )
+        window: dict[str, dict] = {}
+
+        def watch(row: dict, apex: Any = apex, count: int = count, window: dict = window) -> None:
+            if "event" in row:
+                return
+            if "start" not in window:
+                if row["charts/updates"] > 0 and len(row["apex/per_actor"]) >= count:
+                    window["start"] = row
+                elif row["charts/wall_seconds"] > warmup_timeout:
+                    apex.stop(wait=False)
+            elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds:
+                window["end"] = row
+                apex.stop(wait=False)
+
+        apex.on_row(watch)
+        apex.run(seconds=warmup_timeout + seconds + 30.0)
+        if "start" not in window:
+            raise TimeoutError(
+                f"apex_throughput: the run with {count} actor(s) did not warm up within "
+                f"{warmup_timeout:g} s (every actor sending, the learner updating); the machine "
+                "may be overloaded, or raise warmup_timeout."
+            )
+        rows = [row for row in apex.metrics if "event" not in row]
+        first, last = window["start"], window.get("end", rows[-1])
+        elapsed = max(last["charts/wall_seconds"] - first["charts/wall_seconds"], 1e-9)
+        before = first["apex/per_actor"]
+        result = ApexThroughput(
+            num_actors=count,
+            transitions_per_second=(
+                last["apex/transitions_added"] - first["apex/transitions_added"]
+            )
+            / elapsed,
+            env_steps_per_second=(last["charts/env_steps"] - first["charts/env_steps"]) / elapsed,
+            updates_per_second=(last["charts/updates"] - first["charts/updates"]) / elapsed,
+            samples_per_second=(last["apex/samples_trained"] - first["apex/samples_trained"])
+            / elapsed,
+            seconds=elapsed,
+            warmup_seconds=first["charts/wall_seconds"],
+            per_actor_transitions={
+                i: actor["transitions"] - before.get(i, {}).get("transitions", 0)
+                for i, actor in sorted(last["apex/per_actor"].items())
+            },
+        )
+        results.append(result)
+        if progress:
+            print(
+                f"{count:>3} actor(s): {result.transitions_per_second:8,.0f} transitions/s into replay, "
+                f"{result.updates_per_second:6,.0f} learner updates/s ({result.samples_per_second:8,.0f} samples/s), "
+                f"{result.seconds:.1f} s measured after {result.warmup_seconds:.1f} s of warm-up",
+                flush=True,
+            )
+    return results

@@ -1,0 +1,411 @@
+"""One panel base for every run kind: controls that steer a run while it goes, charts that redraw.
+
+Every run (``Run``, ``Apex``, ``Seed``) has the same life cycle and one row schema
+(``runs.records``), so one ``Panel`` serves them all: a status line, a message line, Start / Stop
+(and Pause / Resume where the kind pauses), an *actors* slider that writes the run's settings (the
+run applies them at its next step, and its ``max_actors`` lets the slider grow past the count the
+run started with), and live charts (``Chart``: row keys against env steps or wall seconds, with a
+dashed line where an event happened). A panel per run kind composes its own controls and charts
+(``run_panel.RunPanel``, ``system_panels.ApexPanel`` and ``SeedPanel``).
+
+The charts redraw from a background thread every ``refresh_seconds`` while the run is live, so
+the cell that shows the panel returns at once and the kernel stays free for the widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.runs.lifecycle import ENDED
+
+__all__ = ["Chart", "Line", "Panel", "event_label", "note"]
+
+_SHORT = {
+    "num_actors": "actors",
+    "num_envs": "B",
+    "horizon": "T",
+    "minibatch_size": "minibatch",
+    "learner_devices": "learner",
+}
+
+
+def note(text: str, color: str = "#555") -> str:
+    """``text`` as an HTML line in ``color``."""
+    return f'<span style="color:{color}">{html.escape(text)}</span>'
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(item) for item in value)
+    return str(value)
+
+
+def event_label(event: dict) -> str:
+    """A short label of an event row, for its dashed line."""
+    kind = event["event"]
+    if kind in ("settings", "batch"):
+        new = event["new"] if isinstance(event["new"], dict) else {"batch": event["new"]}
+        old = event["old"] if isinstance(event["old"], dict) else {"batch": event["old"]}
+        return ", ".join(
+            f"{_SHORT.get(key, key)} {_value(old.get(key))}→{_value(value)}"
+            for key, value in new.items()
+        )
+    if "actor" in event:
+        return f"actor {event['actor']} {kind.replace('actor_', '')}"
+    if "worker" in event:
+        return f"worker {event['worker']} restarted"
+    return kind
+
+
+@dataclass(frozen=True)
+class Line:
+    """One trace of a chart: a row key, its legend name, its color, its y axis."""
+
+    key: str
+    name: str
+    color: str
+    secondary: bool = False
+
+
+class Chart:
+    """A live plotly chart of row keys (``lines``) against one or more x keys (one column each).
+
+    ``extend(rows)`` appends the points of new rows (a row without a line's key, or with None,
+    adds none); ``mark(event)`` draws a dashed line at the event's x in every column.
+    """
+
+    def __init__(
+        self,
+        title: str,
+        *,
+        lines: Sequence[Line],
+        x_keys: Sequence[str] = ("charts/env_steps",),
+        y_title: str,
+        secondary_title: str | None = None,
+        column_titles: Sequence[str] | None = None,
+        mode: str = "lines",
+        name: str = "chart",
+    ) -> None:
+        self.lines, self.x_keys, self.name = tuple(lines), tuple(x_keys), name
+        secondary = secondary_title is not None
+        specs = [[{"secondary_y": secondary} for _ in self.x_keys]]
+        figure = go.FigureWidget(
+            make_subplots(rows=1, cols=len(self.x_keys), specs=specs, subplot_titles=column_titles)
+        )
+        for col, x_key in enumerate(self.x_keys, start=1):
+            for line in self.lines:
+                trace = go.Scatter(
+                    x=[],
+                    y=[],
+                    mode=mode,
+                    name=line.name,
+                    line_color=line.color,
+                    marker_size=4,
+                    showlegend=col == 1,
+                )
+                figure.add_trace(
+                    trace, row=1, col=col, **({"secondary_y": line.secondary} if secondary else {})
+                )
+            figure.update_xaxes(title_text=_AXIS_TITLES.get(x_key, x_key), row=1, col=col)
+        figure.update_yaxes(
+            title_text=y_title,
+            rangemode="tozero" if mode == "lines" else None,
+            row=1,
+            col=1,
+            **({"secondary_y": False} if secondary else {}),
+        )
+        if secondary:
+            figure.update_yaxes(title_text=secondary_title, rangemode="tozero", secondary_y=True)
+        figure.update_layout(
+            title=title,
+            height=320,
+            margin=dict(l=60, r=60 if secondary else 20, t=60, b=50),
+            legend=dict(orientation="h", y=-0.25),
+        )
+        self.figure = figure
+
+    def extend(self, rows: list[dict]) -> None:
+        with self.figure.batch_update():
+            for column, x_key in enumerate(self.x_keys):
+                for index, line in enumerate(self.lines):
+                    points = [
+                        (row[x_key], row[line.key]) for row in rows if row.get(line.key) is not None
+                    ]
+                    if points:
+                        trace = self.figure.data[column * len(self.lines) + index]
+                        trace.x = list(trace.x or ()) + [x for x, _ in points]
+                        trace.y = list(trace.y or ()) + [y for _, y in points]
+
+    def mark(self, event: dict) -> None:
+        for col, x_key in enumerate(self.x_keys, start=1):
+            if event.get(x_key) is not None:
+                self.figure.add_vline(
+                    x=event[x_key],
+                    line_dash="dash",
+                    line_color="#888",
+                    row=1,
+                    col=col,
+                    annotation_text=event_label(event),
+                    annotation_font_size=10,
+                )
+
+
+_AXIS_TITLES = {"charts/env_steps": "env steps", "charts/wall_seconds": "wall seconds"}
+
+
+class Panel:
+    """A run's panel: status, message, buttons, an actors slider, more controls, live charts.
+
+    Args:
+        run: the run to watch and steer.
+        charts: the live charts (``Chart``, or anything with ``figure``, ``name``, ``extend`` and
+            ``mark``).
+        controls: more widgets beside the actors slider (a kind's own).
+        max_actors: the actors slider's end (None: no actors slider).
+        actors_enabled: False greys the slider out (e.g. a serial sampler has no workers).
+        limits: the limits ``start`` gives the run (``env_steps``, ``seconds`` ...; default none:
+            the run's own).
+        buttons: which of ``start``, ``pause``, ``resume``, ``stop`` to show.
+        status_parts: the kind's own parts of the status line, from the last metric row.
+        refresh_seconds: seconds between redraws.
+
+    Attributes:
+        widget: the whole panel (an ``ipywidgets.VBox``); the notebook shows it.
+        actors, buttons: the controls. status, message: HTML lines. events: the event rows drawn.
+    """
+
+    def __init__(
+        self,
+        run: Any,
+        *,
+        charts: Sequence[Any],
+        controls: Sequence[widgets.Widget] = (),
+        max_actors: int | None = None,
+        actors_enabled: bool = True,
+        limits: dict | None = None,
+        buttons: Sequence[str] = ("start", "stop"),
+        status_parts: Callable[[dict], list[str]] | None = None,
+        refresh_seconds: float = 0.5,
+        css: str = "workbench-panel",
+    ) -> None:
+        self.run = run
+        self.charts = list(charts)
+        self.limits = dict(limits or {})
+        self.status_parts = status_parts
+        self.refresh_seconds = refresh_seconds
+        self.events: list[dict] = []
+        self._drawn = 0  # rows of run.metrics already drawn
+        self._draw_lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self.syncing = False  # True while the panel moves its own controls (no write back)
+
+        self.status = widgets.HTML()
+        self.status.add_class("workbench-status")
+        self.message = widgets.HTML()
+        self.message.add_class("workbench-message")
+        self.actors: widgets.IntSlider | None = None
+        row = []
+        if max_actors is not None:
+            current = run.settings.current.num_actors
+            self.actors = widgets.IntSlider(
+                value=current,
+                min=1,
+                max=max(max_actors, current),
+                description="actors",
+                continuous_update=False,
+                disabled=not actors_enabled,
+                style={"description_width": "60px"},
+            )
+            self.actors.add_class("workbench-actors")
+            self.actors.observe(self._on_actors, names="value")
+            row.append(self.actors)
+        self.buttons: dict[str, widgets.Button] = {}
+        icons = {
+            "start": ("play", "primary"),
+            "pause": ("pause", ""),
+            "resume": ("step-forward", ""),
+            "stop": ("stop", "danger"),
+        }
+        for name in buttons:
+            icon, style = icons[name]
+            button = widgets.Button(
+                description=name.capitalize(),
+                icon=icon,
+                button_style=style,
+                layout=widgets.Layout(width="100px"),
+            )
+            button.add_class(f"workbench-{name}")
+            button.on_click(lambda _, name=name: self.press(name))
+            self.buttons[name] = button
+        boxes = []
+        for chart in self.charts:
+            box = widgets.Box([chart.figure], layout=widgets.Layout(width="100%"))
+            box.add_class(f"workbench-chart-{chart.name}")
+            boxes.append(box)
+        self.controls = widgets.VBox(
+            [widgets.HBox([*row, *controls]), widgets.HBox(list(self.buttons.values()))]
+        )
+        layout = [self.status, self.controls, self.message]
+        if boxes:
+            layout.append(boxes[0])
+        for i in range(1, len(boxes), 2):
+            layout.append(widgets.HBox(boxes[i : i + 2]))
+        self.widget = widgets.VBox(layout)
+        self.widget.add_class(css)
+        self.refresh()
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def start(self, **limits: Any) -> "Panel":
+        """Start the run in its background thread (``limits``, default the panel's) and the
+        redraws; returns the panel (to show it)."""
+        self.run.start(**(limits or self.limits))
+        self.watch()
+        self.refresh()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """Stop the run and wait (up to ``timeout`` seconds) for it to end; returns its status."""
+        self.run.stop(wait=True, timeout=timeout)
+        if self._watcher is not None:
+            self._watcher.join(timeout)
+        self.refresh()
+        return self.run.status
+
+    def wait(self, timeout: float | None = None) -> str:
+        """``run.wait()`` (the interrupt button stops the run cleanly), then a last redraw."""
+        try:
+            return self.run.wait(timeout)
+        finally:
+            self.refresh()
+
+    def press(self, name: str) -> None:
+        """What a button does (callable from code too)."""
+        try:
+            if name == "start":
+                self.start()
+            elif name == "pause":
+                self.run.pause(wait=False)
+            elif name == "resume":
+                self.run.resume()
+            else:
+                self.run.stop(wait=False)  # the button returns at once; the run ends in its thread
+            self.say("")
+        except Exception as error:  # e.g. Start on a failed run: say what to do instead
+            self.say(f"{name}: {type(error).__name__}: {error}", "#b00020")
+        self.watch()
+        self.refresh()
+
+    def _on_actors(self, change: dict) -> None:
+        if self.syncing:
+            return
+        try:
+            set_num_actors = getattr(self.run, "set_num_actors", None)
+            if set_num_actors is not None:
+                set_num_actors(int(change["new"]))
+            else:
+                self.run.update_settings(num_actors=int(change["new"]))
+            self.say(f"asked for {change['new']} actors: the run applies it at its next step")
+        except Exception as error:  # refused: say why and move the slider back
+            self.say(f"not applied: {error}", "#b00020")
+            self.sync_controls()
+        self.refresh()
+
+    def sync_controls(self) -> None:
+        """Move the controls to the run's current settings (without writing them back)."""
+        if self.actors is None:
+            return
+        self.syncing = True
+        try:
+            current = self.run.settings.current.num_actors
+            self.actors.max = max(self.actors.max, current)
+            self.actors.value = current
+        finally:
+            self.syncing = False
+
+    def say(self, text: str, color: str = "#555") -> None:
+        self.message.value = note(text, color) if text else ""
+
+    # --- drawing ----------------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Redraw every ``refresh_seconds`` until the run ends (one thread at a time)."""
+        if self._watcher is not None and self._watcher.is_alive():
+            return
+
+        def loop() -> None:
+            while True:
+                ended = self.run.status in ENDED
+                self.refresh()
+                if ended:
+                    return
+                time.sleep(self.refresh_seconds)
+
+        self._watcher = threading.Thread(target=loop, name="workbench-panel", daemon=True)
+        self._watcher.start()
+
+    def refresh(self) -> None:
+        """Draw the rows recorded since the last redraw and update the status line."""
+        with self._draw_lock:
+            rows = self.run.metrics[self._drawn :]
+            self._drawn += len(rows)
+            metric_rows = [row for row in rows if "event" not in row]
+            if metric_rows:
+                for chart in self.charts:
+                    chart.extend(metric_rows)
+            for event in (row for row in rows if "event" in row):
+                self.events.append(event)
+                if event["event"] == "settings_refused":
+                    self.say(f"the run refused {event['new']}: {event.get('error', '')}", "#b00020")
+                    self.sync_controls()
+                    continue
+                for chart in self.charts:
+                    chart.mark(event)
+            self.update_status()
+
+    def update_status(self) -> None:
+        run = self.run
+        rows = [row for row in run.metrics[-5:] if "event" not in row]
+        last = rows[-1] if rows else {}
+        parts = [f"<b>{html.escape(run.status)}</b>"]
+        if last:
+            parts += [
+                f"{last['charts/wall_seconds']:.0f} s",
+                f"{run.env_steps:,} env steps",
+                f"{run.updates:,} updates",
+                f"{last['charts/steps_per_second']:,.0f} steps/s",
+            ]
+            value = last.get(run.target_metric)
+            if value is not None:
+                parts.append(f"return {value:.1f}")
+            if self.status_parts is not None:
+                parts += self.status_parts(last)
+        parts.append(f"{run.settings.current.num_actors} actors")
+        if run.error is not None:
+            parts.append(
+                f'<span style="color:#b00020">{html.escape(type(run.error).__name__)}: '
+                f"{html.escape(str(run.error))}</span>"
+            )
+        self.status.value = " · ".join(parts)
+        status = run.status
+        for name, disabled in (
+            ("start", status not in ("created", "stopped", "finished")),
+            ("pause", status != "running"),
+            ("resume", status != "paused"),
+            ("stop", status in ENDED or status == "created"),
+        ):
+            if name in self.buttons:
+                self.buttons[name].disabled = disabled
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)

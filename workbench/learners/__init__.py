@@ -1,0 +1,53 @@
+"""Learners: one interface (``base.Learner``), one gradient step, a reduction seam; the algorithms.
+
+``update(batch) -> metrics`` is every learner's one verb (``base``): ``PPO`` and ``A2C`` on
+time-major rollouts (Stooke & Abbeel's large-batch policy gradients), ``DQN`` (double, dueling,
+n-step, C51, prioritized) and ``DDPG`` (Ape-X DPG's learner) on n-step transitions, ``IMPALA``
+(V-trace) on unrolls and ``R2D2`` on sequences (SEED RL's learners). ``ReplayAgent`` puts a DQN or
+DDPG learner in a sampler loop (rollouts into a replay, updates as the replay ratio allows);
+``DataParallelLearner`` runs any of them on several devices (processes and an all-reduce).
+"""
+
+from workbench.learners.a2c import A2C, A2CConfig
+from workbench.learners.base import (
+    GradientStep,
+    Learner,
+    Precision,
+    Reduction,
+    move_optimizer_state,
+)
+from workbench.learners.data_parallel import DataParallelLearner, RunLearner, replica_factory
+from workbench.learners.ddpg import DDPG, DDPGConfig, GaussianExploration
+from workbench.learners.dqn import DQN, DQNConfig
+from workbench.learners.impala import IMPALA, IMPALAConfig
+from workbench.learners.ppo import PPO, PPOConfig
+from workbench.learners.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
+from workbench.learners.replay_agent import ReplayAgent, make_replay
+
+__all__ = [
+    "A2C",
+    "A2CConfig",
+    "DDPG",
+    "DDPGConfig",
+    "DQN",
+    "DQNConfig",
+    "DataParallelLearner",
+    "GaussianExploration",
+    "GradientStep",
+    "IMPALA",
+    "IMPALAConfig",
+    "Learner",
+    "PPO",
+    "PPOConfig",
+    "Precision",
+    "R2D2",
+    "R2D2Config",
+    "Reduction",
+    "ReplayAgent",
+    "RunLearner",
+    "SEQUENCE_KEYS",
+    "STATE_KEYS",
+    "make_replay",
+    "move_optimizer_state",
+    "replica_factory",
+]

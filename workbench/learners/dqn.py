@@ -1,0 +1,320 @@
+"""DQN and its extensions, one learner with options: double, dueling, n-step, categorical (C51),
+prioritized replay, and all of them together (Rainbow without noisy nets).
+
+* DQN: Mnih et al. 2015, *Human-level control through deep RL*: Q-learning on replayed
+  transitions against a periodically copied target network, Huber loss.
+* Double DQN: van Hasselt et al. 2016, https://arxiv.org/abs/1509.06461, Eq. 4: the online network
+  picks the next action, the target network values it (``kernels.double_q_action``).
+* Dueling: Wang et al. 2016 (``models.QNetwork(dueling=True)``; nothing here changes).
+* n-step returns: Sutton 1988; Hessel et al. 2018 (Rainbow), Eq. 2; Horgan et al. 2018 (Ape-X),
+  Sec. 3.1. ``replay.NStepTransitions`` turns ``[T, B]`` rollouts into n-step transitions.
+* Categorical: Bellemare et al. 2017, https://arxiv.org/abs/1707.06887, Algorithm 1
+  (``QNetwork(num_atoms=51)``; the target distribution is ``kernels.categorical_projection``).
+* Prioritized replay: Schaul et al. 2016, https://arxiv.org/abs/1511.05952: the loss of each
+  sample is weighted by its importance weight and its |TD error| (C51: its cross-entropy, as in
+  Rainbow) becomes its new priority (``DQN.priorities`` after an update).
+
+``DQN.update(batch)`` is one gradient step on a sampled batch of n-step transitions: ``obs [N,
+...]``, ``actions [N]``, ``returns [N]`` (the discounted sum of the window's rewards), ``discounts
+[N]`` (``gamma^m`` for a window of ``m`` steps, 0 when it ended in a terminal state), ``next_obs
+[N, ...]`` (the observation after the window) and optionally ``weights [N]``. The target is
+``returns + discounts * Q_target(next_obs, a*)``. The whole agent of a sampler loop (rollouts into
+a replay, updates as the replay ratio allows) is ``learners.replay_agent.ReplayAgent(DQN(...))``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from workbench.kernels import categorical_projection, double_q_action, linear_schedule
+from workbench.kernels import scaled_learning_rate
+from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
+from workbench.models import EpsilonGreedy, QNetwork
+from workbench.replay import TRANSITION_KEYS
+
+__all__ = ["DQN", "DQNConfig", "transition_batch"]
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyperparameters. Defaults: Rainbow's where it states them (Hessel et al. 2018,
+    Table 1), else CleanRL's ``dqn.py``; model options (dueling, atoms) are the ``QNetwork``'s."""
+
+    gamma: float = 0.99
+    n_step: int = 3
+    """Steps per return window (Ape-X and Rainbow use 3; 1 is the classic one-step target)."""
+    double: bool = True
+    """Double Q-learning: the online network picks ``a*``, the target network values it."""
+    learning_rate: float = 6.25e-5
+    adam_eps: float = 1.5e-4
+    batch_size: int = 32
+    """Transitions per gradient step."""
+    replay_ratio: float = 8.0
+    """Samples trained per env step collected: ``updates = steps * replay_ratio / batch_size``
+    (DQN's one batch of 32 every 4 steps is 8)."""
+    replay_capacity: int = 100_000
+    learning_starts: int = 1_000
+    """Env steps collected before the first gradient step (the replay fills first)."""
+    target_update_interval: int = 2_000
+    """Gradient steps between copies of the online network into the target network."""
+    max_grad_norm: float | None = 10.0
+    """Clip the global gradient norm (Wang et al. 2016 clip the dueling network's at 10)."""
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.1
+    """Fraction of the run over which epsilon falls linearly from start to end (``set_progress``)."""
+    prioritized: bool = False
+    """Prioritized replay (proportional); otherwise uniform."""
+    priority_alpha: float = 0.5
+    priority_beta_start: float = 0.4
+    """Importance-sampling exponent at the start; annealed linearly to 1 over the run."""
+    priority_eps: float = 1e-6
+    scale_learning_rate: str | None = None
+    """None, ``"linear"`` or ``"sqrt"``: scale ``learning_rate`` with ``batch_size`` against
+    ``reference_batch_size`` (Stooke & Abbeel 2018, Sec. 4; ``pg.scaled_learning_rate``)."""
+    reference_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
+            raise ValueError(f"DQNConfig.n_step must be an int >= 1, got {self.n_step!r}")
+        for name in ("batch_size", "replay_capacity", "target_update_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"DQNConfig.{name} must be a positive int, got {value!r}")
+        if self.replay_capacity < self.batch_size:
+            raise ValueError(
+                f"DQNConfig.replay_capacity {self.replay_capacity} < batch_size {self.batch_size}: "
+                "the replay must hold at least one batch."
+            )
+        if not self.replay_ratio > 0:
+            raise ValueError(f"DQNConfig.replay_ratio must be positive, got {self.replay_ratio}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DQNConfig.gamma must be in [0, 1], got {self.gamma}")
+        if self.scale_learning_rate is not None and self.reference_batch_size is None:
+            raise ValueError(
+                "DQNConfig.scale_learning_rate needs reference_batch_size (the batch size "
+                "at which learning_rate was tuned)."
+            )
+
+
+def transition_batch(
+    batch: dict[str, Any], device: torch.device, who: str
+) -> dict[str, torch.Tensor]:
+    """A batch of n-step transitions (``replay.TRANSITION_KEYS``, optional ``weights``) as tensors
+    on ``device``; ``weights`` default to 1. Raises ValueError naming the missing keys."""
+    missing = [key for key in TRANSITION_KEYS if key not in batch]
+    if missing:
+        raise ValueError(
+            f"{who}: the batch lacks {missing}; it needs {list(TRANSITION_KEYS)} "
+            "(replay.NStepTransitions.add makes them) and optionally 'weights'."
+        )
+    out = {key: torch.as_tensor(batch[key]).to(device) for key in TRANSITION_KEYS}
+    n = out["returns"].shape[0]
+    weights = batch.get("weights")
+    out["weights"] = (
+        torch.ones(n, device=device)
+        if weights is None
+        else torch.as_tensor(weights, dtype=torch.float32).to(device)
+    )
+    return out
+
+
+class DQN:
+    """The DQN family on a ``QNetwork``: one gradient step per ``update(batch)``.
+
+    Args:
+        q_network: a ``models.QNetwork`` (``dueling=True``, ``num_atoms=51`` for the variants).
+        config: a ``DQNConfig`` (its replay fields serve ``ReplayAgent``).
+        device: where the networks learn.
+
+    Attributes:
+        model: the ``EpsilonGreedy`` policy samplers collect with (its ``q_network`` learns).
+        target: the target network. num_updates: gradient steps taken.
+        priorities: the new priority of each sample of the last update (|TD error|, or the
+            cross-entropy for C51), float ``[N]`` on the CPU.
+    """
+
+    batch_axis = 0  # one row per transition
+
+    def __init__(
+        self,
+        q_network: QNetwork,
+        config: DQNConfig | None = None,
+        *,
+        device: "str | torch.device" = "cpu",
+    ) -> None:
+        if not isinstance(q_network, QNetwork):
+            raise TypeError(
+                f"DQN needs a workbench.models.QNetwork, got {type(q_network).__name__}"
+            )
+        self.config = config = config or DQNConfig()
+        self.device = torch.device(device)
+        self.model = EpsilonGreedy(q_network, config.epsilon_start).to(self.device)
+        self.q_network = q_network
+        self.target = copy.deepcopy(q_network).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(
+            q_network.parameters(),
+            lr=self.learning_rate_for(config.batch_size),
+            eps=config.adam_eps,
+        )
+        self.gradient_step = GradientStep(self.optimizer, max_grad_norm=config.max_grad_norm)
+        self.reduction = Reduction()
+        self.num_updates = 0
+        self.progress = 0.0
+        self.priorities: torch.Tensor | None = None
+
+    def learning_rate_for(self, batch_size: int) -> float:
+        """``learning_rate``, scaled with ``batch_size`` when the config asks (Stooke & Abbeel 2018)."""
+        c = self.config
+        if c.scale_learning_rate is None:
+            return c.learning_rate
+        return scaled_learning_rate(
+            c.learning_rate, batch_size, c.reference_batch_size, c.scale_learning_rate
+        )
+
+    def set_progress(self, progress: float) -> None:
+        """Fraction of the run done: epsilon falls linearly over ``exploration_fraction`` of it."""
+        c = self.config
+        self.progress = min(max(float(progress), 0.0), 1.0)
+        explore = self.progress / c.exploration_fraction if c.exploration_fraction > 0 else 1.0
+        self.model.set_epsilon(linear_schedule(c.epsilon_start, c.epsilon_end, explore))
+
+    def schedule_metrics(self) -> dict[str, float]:
+        """What the schedules set now: the acting policy's epsilon and the learning rate."""
+        return {
+            "charts/epsilon": float(self.model.epsilon.mean()),
+            "charts/learning_rate": self.optimizer.param_groups[0]["lr"],
+        }
+
+    # --- one gradient step ------------------------------------------------------------------------
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One gradient step on a batch of n-step transitions (``replay.TRANSITION_KEYS``, optional
+        ``weights``: the importance-sampling weights of a prioritized sample, default 1).
+
+        Keys: ``losses/q`` (the weighted loss), ``losses/grad_norm``, ``charts/q_values``. The new
+        priorities are in ``self.priorities`` afterwards.
+        """
+        batch = transition_batch(batch, self.device, "DQN.update")
+        loss_per_sample, q_taken, priorities = self.losses(batch)
+        loss = self.reduction.mean(batch["weights"] * loss_per_sample)
+        grad_norm = self.gradient_step.step(loss, self.reduction)
+        self.num_updates += 1
+        if self.num_updates % self.config.target_update_interval == 0:
+            self.target.load_state_dict(self.q_network.state_dict())
+        self.priorities = priorities.cpu()
+        return {
+            "losses/q": loss.item(),
+            "losses/grad_norm": grad_norm,
+            "charts/q_values": float(self.reduction.mean(q_taken.detach())),
+        }
+
+    def losses(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss, ``Q(s, a)`` and priority: Huber on the n-step TD error and |TD error|,
+        or for C51 the cross-entropy of Alg. 1, which is also its priority (Hessel et al. 2018)."""
+        actions = batch["actions"].long()
+        if self.q_network.num_atoms > 1:
+            loss_per_sample, q_taken = self.categorical_loss(batch, actions)
+            return loss_per_sample, q_taken, loss_per_sample.detach()
+        q_taken = self.q_network(batch["obs"]).gather(1, actions.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target = batch["returns"] + batch["discounts"] * self.next_values(batch["next_obs"])
+        loss_per_sample = F.smooth_l1_loss(q_taken, target, reduction="none")  # Huber, delta 1
+        return loss_per_sample, q_taken, (target - q_taken).detach().abs()
+
+    @torch.no_grad()
+    def next_values(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """``Q_target(s', a*)`` ``[N]``, ``a*`` chosen by the online network when ``double``
+        (van Hasselt et al. 2016, Eq. 4; ``kernels.double_q_action``)."""
+        target_q = self.target(next_obs)
+        online_q = self.q_network(next_obs) if self.config.double else None
+        action = double_q_action(target_q, online_q)
+        return target_q.gather(1, action.unsqueeze(1)).squeeze(1)
+
+    def categorical_loss(
+        self, batch: dict[str, torch.Tensor], actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy between the projected target distribution and the online one (Alg. 1)."""
+        support = self.q_network.support
+        rows = torch.arange(actions.shape[0], device=self.device)
+        with torch.no_grad():
+            next_probs = self.target.distribution(batch["next_obs"])  # [N, A, atoms]
+            target_q = (next_probs * support).sum(-1)
+            online_q = self.q_network(batch["next_obs"]) if self.config.double else None
+            next_action = double_q_action(target_q, online_q)
+            target = categorical_projection(
+                next_probs[rows, next_action], batch["returns"], batch["discounts"], support
+            )
+        log_probs = self.q_network.distribution(batch["obs"], log=True)[rows, actions]
+        q_taken = (log_probs.exp() * support).sum(-1)
+        return -(target * log_probs).sum(-1), q_taken
+
+    # --- what an Ape-X actor does with its copy of the networks ------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, exploration: "float | torch.Tensor") -> torch.Tensor:
+        """Epsilon-greedy actions ``[B]`` with one epsilon per row (``exploration``, ``[B]`` or a float)."""
+        return self.q_network.act(torch.as_tensor(obs).to(self.device), exploration)["action"]
+
+    @torch.no_grad()
+    def initial_priorities(self, transitions: dict[str, Any]) -> torch.Tensor:
+        """|TD error| of each transition under this agent's current networks, ``[N]`` on the CPU:
+        the priority an Ape-X actor computes before sending (Horgan et al. 2018, Sec. 3, Alg. 1
+        line 7). Nothing is trained and no counter moves."""
+        return self.losses(transition_batch(transitions, self.device, "DQN.initial_priorities"))[
+            2
+        ].cpu()
+
+    def actor_state(self) -> dict[str, torch.Tensor]:
+        """The parameters an actor needs: the online network (it acts and computes priorities
+        with it; its own copy serves as its target network too)."""
+        return {key: value.detach() for key, value in self.q_network.state_dict().items()}
+
+    def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load parameters an Ape-X learner published, into the online and the target network."""
+        self.q_network.load_state_dict(state)
+        self.target.load_state_dict(state)
+
+    # --- checkpoints and devices ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizer, counters and the exploration schedule."""
+        return {
+            "model": self.model.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "num_updates": self.num_updates,
+            "progress": self.progress,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state["num_updates"])
+        self.set_progress(state["progress"])
+
+    def to(self, device: "str | torch.device") -> None:
+        """Move the networks and the optimizer's state to ``device``."""
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        self.target.to(self.device)
+        move_optimizer_state(self.optimizer, self.device)
+
+    def __repr__(self) -> str:
+        c = self.config
+        parts = [
+            f"n_step={c.n_step}",
+            "double" if c.double else "single",
+            "dueling" if self.q_network.dueling else "",
+            f"atoms={self.q_network.num_atoms}" if self.q_network.num_atoms > 1 else "",
+            "prioritized" if c.prioritized else "uniform",
+        ]
+        return f"DQN({', '.join(p for p in parts if p)})"

@@ -1,0 +1,179 @@
+"""The IMPALA learner (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561), as SEED RL runs it.
+
+Actors act with a policy that lags the learner's (in SEED, by the forward passes answered while the
+learner updated), so the learner corrects with V-trace (``kernels.vtrace``, Eq. 1 and Remark 1) and
+follows the loss of Section 4.2::
+
+    loss = - sum_s rho_s log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s))          (policy gradient)
+           + baseline_cost * 1/2 sum_s (v_s - V(x_s))^2                           (value)
+           - entropy_cost * sum_s H(pi(.|x_s))                                    (exploration)
+
+(means over the batch here, not sums, so the learning rate does not depend on the batch size).
+
+An **unroll** is what the server assembles for one env: ``T + 1`` rows, time-major once stacked into
+a batch ``[T + 1, B, ...]``: row t holds the observation ``obs``, the ``actions`` taken there and its
+behaviour log-probability ``logp`` (``log mu(a_t|x_t)``), then the ``rewards`` that followed,
+``terminated`` / ``truncated`` (the episode ended after step t; ``final_obs`` is the last
+observation of a truncated one) and ``first`` (row t starts an episode). Row T only supplies the
+observation to bootstrap from: its action belongs to the next unroll, which starts with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributions import Categorical
+
+from workbench.kernels import vtrace
+from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
+
+__all__ = ["IMPALA", "IMPALAConfig", "UNROLL_KEYS"]
+
+#: The keys of a batch of unrolls, each time-major ``[T + 1, B, ...]``.
+UNROLL_KEYS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "final_obs")
+
+
+@dataclass
+class IMPALAConfig:
+    """IMPALA hyperparameters. Defaults: the paper's Table G.1 where it states them (baseline
+    cost 0.5, entropy 0.01, gradient-norm clip 40, rho_bar = c_bar = 1), with Adam (SEED's choice)."""
+
+    gamma: float = 0.99
+    learning_rate: float = 6e-4
+    adam_eps: float = 1e-8
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    max_grad_norm: float | None = 40.0
+    clip_rho_threshold: float | None = 1.0
+    clip_pg_rho_threshold: float | None = 1.0
+    clip_c_threshold: float | None = 1.0
+    unroll_length: int = 20
+    """T: agent steps per unroll (the unroll holds T + 1 observations)."""
+    batch_size: int = 32
+    """Unrolls per learner update (B)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        for name in ("unroll_length", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+class IMPALA:
+    """V-trace actor-critic updates on batches of unrolls; ``model`` is an ``ActorCritic`` (the
+    same object the inference server acts with: in SEED, actors never hold parameters).
+
+    ``lock``, when given, is held while the optimizer writes the parameters, so that the server's
+    forward passes (which hold it too) never see half an update."""
+
+    batch_axis = 1  # time-major unrolls split along B between data-parallel learners
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: IMPALAConfig | None = None,
+        *,
+        device: "str | torch.device" = "cpu",
+        lock: Any = None,
+    ) -> None:
+        self.config = config or IMPALAConfig()
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps
+        )
+        self.gradient_step = GradientStep(
+            self.optimizer, max_grad_norm=self.config.max_grad_norm, lock=lock
+        )
+        self.reduction = Reduction()
+        self.num_updates = 0
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One gradient step on a time-major batch of unrolls (``[T + 1, B, ...]``, the keys of
+        ``UNROLL_KEYS``). Keys: ``losses/total``, ``losses/policy``, ``losses/value``,
+        ``losses/entropy``, ``charts/grad_norm``, ``charts/mean_rho`` (the importance weights
+        pi / mu before clipping) and ``charts/clipped_rho_fraction``."""
+        c, reduce = self.config, self.reduction
+        missing = [key for key in UNROLL_KEYS if key not in batch]
+        if missing:
+            raise ValueError(f"an unroll batch needs the keys {UNROLL_KEYS}; missing {missing}")
+        data = {
+            key: torch.as_tensor(np.asarray(batch[key]), device=self.device) for key in UNROLL_KEYS
+        }
+        obs, actions = data["obs"], data["actions"][:-1].long()
+        horizon = obs.shape[0] - 1
+        if actions.shape != (horizon, obs.shape[1]):
+            raise ValueError(
+                f"unroll batch: obs {tuple(obs.shape)} is [T+1, B, ...], so actions must be "
+                f"[T+1, B]; got {tuple(data['actions'].shape)}"
+            )
+        terminated = data["terminated"][:-1].bool()
+        truncated = data["truncated"][:-1].bool() & ~terminated
+
+        logits, values = self.model(obs)
+        dist = Categorical(logits=logits[:-1])
+        target_logp = dist.log_prob(actions)
+        next_values = values[1:].detach().clone()
+        if truncated.any():  # bootstrap a time limit from the episode's own last observation
+            with torch.no_grad():
+                _, final_values = self.model(data["final_obs"][:-1][truncated])
+            next_values[truncated] = final_values
+        discounts = c.gamma * (~terminated).float()
+        behaviour_logp = data["logp"][:-1].float()
+        returns = vtrace(
+            behaviour_logp,
+            target_logp.detach(),
+            data["rewards"][:-1].float(),
+            values[:-1].detach(),
+            values[-1].detach(),
+            discounts,
+            c.clip_rho_threshold,
+            c.clip_pg_rho_threshold,
+            c.clip_c_threshold,
+            next_values=next_values,
+            continuation=~(terminated | truncated),
+        )
+        pg_loss = reduce.mean(-(target_logp * returns.pg_advantages))
+        baseline_loss = reduce.mean(0.5 * (returns.vs - values[:-1]).pow(2))
+        entropy = reduce.mean(dist.entropy())
+        loss = pg_loss + c.baseline_cost * baseline_loss - c.entropy_cost * entropy
+        grad_norm = self.gradient_step.step(loss, reduce)
+        self.num_updates += 1
+        with torch.no_grad():
+            rhos = torch.exp(target_logp.detach() - behaviour_logp)
+            mean_rho = float(reduce.mean(rhos))
+            clipped = float(reduce.mean((rhos > 1.0).float()))
+        return {
+            "losses/total": float(loss.detach()),
+            "losses/policy": float(pg_loss.detach()),
+            "losses/value": float(baseline_loss.detach()),
+            "losses/entropy": float(entropy.detach()),
+            "charts/grad_norm": grad_norm,
+            "charts/mean_rho": mean_rho,
+            "charts/clipped_rho_fraction": clipped,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state["num_updates"])
+
+    def to(self, device: "str | torch.device") -> None:
+        """Move the model and the optimizer's state to ``device``."""
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        move_optimizer_state(self.optimizer, self.device)

@@ -1,0 +1,129 @@
+"""An off-policy learner in a sampler loop: rollouts into a replay, updates as the ratio allows.
+
+rlpyt's DQN ``optimize_agent`` in one small class. Each ``update(rollout)``:
+
+1. turns the ``[T, B]`` rollout into n-step transitions (``replay.NStepTransitions``; windows that
+   run past the rollout wait for the next one) and adds them to the replay;
+2. counts the rollout's env steps into a ``replay.RateLimiter`` whose upper bound is the config's
+   ``replay_ratio`` (samples trained per env step collected; Stooke & Abbeel 2018, Sec. 4: the
+   quantity to hold fixed when the batch grows), after a warm-up of ``learning_starts`` steps;
+3. takes the gradient steps the limiter allows, each ``learner.update`` on a sampled batch with its
+   importance weights, and writes the learner's new priorities back to a prioritized replay.
+
+The learner is a ``DQN`` (all its variants) or a ``DDPG``; their configs carry the replay's
+settings (``replay_capacity``, ``prioritized``, ``priority_alpha``, ``priority_beta_start``,
+``priority_eps``, ``replay_ratio``, ``learning_starts``, ``batch_size``, ``n_step``, ``gamma``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.kernels import linear_schedule
+from workbench.replay import NStepTransitions, PrioritizedReplay, RateLimiter, UniformReplay
+from workbench.rollout import Rollout
+
+__all__ = ["ReplayAgent", "make_replay"]
+
+
+def make_replay(config: Any, seed: int | None) -> UniformReplay | PrioritizedReplay:
+    """The replay a config asks for (``prioritized``, ``replay_capacity``, ``priority_*``)."""
+    if config.prioritized:
+        return PrioritizedReplay(
+            config.replay_capacity,
+            alpha=config.priority_alpha,
+            beta=config.priority_beta_start,
+            eps=config.priority_eps,
+            seed=seed,
+        )
+    return UniformReplay(config.replay_capacity, seed=seed)
+
+
+class ReplayAgent:
+    """A ``DQN`` or ``DDPG`` learner with its replay, n-step windows and rate limiter.
+
+    Args:
+        learner: the learner (``update(batch) -> metrics``, ``priorities``, ``config``).
+        replay: the replay to add to and sample from (default: ``make_replay(learner.config)``).
+        seed: seeds the default replay's sampling.
+
+    Attributes:
+        model: the learner's acting policy (what the sampler collects with).
+        env_steps: env steps added so far. limiter: the ``RateLimiter`` holding ``replay_ratio``.
+    """
+
+    def __init__(self, learner: Any, *, replay: Any = None, seed: int | None = None) -> None:
+        self.learner = learner
+        self.config = c = learner.config
+        self.replay = replay if replay is not None else make_replay(c, seed)
+        self.nstep = NStepTransitions(c.n_step, c.gamma)
+        self.limiter = RateLimiter(max_ratio=c.replay_ratio, min_inserts=c.learning_starts)
+        self.env_steps = 0
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.learner.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.learner.device
+
+    @property
+    def num_updates(self) -> int:
+        return self.learner.num_updates
+
+    def set_progress(self, progress: float) -> None:
+        """Fraction of the run done: the learner's schedules (epsilon), and the prioritized
+        replay's beta rising linearly to 1 over the run (Schaul et al. 2016, Sec. 3.4)."""
+        self.learner.set_progress(progress)
+        if isinstance(self.replay, PrioritizedReplay):
+            start = self.config.priority_beta_start
+            self.replay.beta = linear_schedule(start, 1.0, self.learner.progress)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """Add the rollout's n-step transitions, then take the updates the replay ratio allows
+        (none before ``learning_starts``). Returns the last update's metrics, the learner's
+        schedules (``charts/epsilon`` ...), ``charts/replay_size`` and ``charts/gradient_steps``."""
+        c = self.config
+        transitions = self.nstep.add(rollout)
+        if len(transitions["actions"]):
+            self.replay.add(transitions)
+        self.env_steps += rollout.num_steps
+        self.limiter.insert(rollout.num_steps)
+        metrics: dict[str, float] = {}
+        if len(self.replay) >= c.batch_size:
+            for _ in range(self.limiter.batches_allowed(c.batch_size)):
+                batch, indices, weights = self.replay.sample(c.batch_size)
+                self.limiter.sample(c.batch_size)
+                metrics = self.learner.update({**batch, "weights": weights})
+                if c.prioritized:
+                    self.replay.update_priorities(indices, self.learner.priorities)
+        return {
+            **metrics,
+            **self.learner.schedule_metrics(),
+            "charts/replay_size": float(len(self.replay)),
+            "charts/gradient_steps": float(self.learner.num_updates),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The learner's state, the env steps and the limiter's counters (not the replay: it is
+        refilled on resume)."""
+        return {
+            "learner": self.learner.state_dict(),
+            "env_steps": self.env_steps,
+            "limiter": self.limiter.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.env_steps = int(state["env_steps"])
+        self.limiter.load_state_dict(state["limiter"])
+        self.nstep.reset()
+
+    def to(self, device: "str | torch.device") -> None:
+        self.learner.to(device)
+
+    def __repr__(self) -> str:
+        return f"ReplayAgent({self.learner!r}, replay={type(self.replay).__name__})"

@@ -1,0 +1,144 @@
+"""SEED runs with a stated target, for tests, notebooks and ``benchmarks/learning.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from workbench.learners import IMPALAConfig, R2D2Config
+from workbench.runs.recipes import run_recipe
+from workbench.seed.run import Seed, SeedConfig, learner_config
+
+__all__ = ["SEED_RECIPES", "SeedRecipe"]
+
+
+@dataclass
+class SeedRecipe:
+    """A SEED run with its target, in the shape of ``runs.recipes.Recipe`` (``benchmarks/learning.py``
+    runs every kind). ``total_steps`` is the env-step budget; the target is met by the rows'
+    ``target_metric`` (V-trace: the last 20 episodes of every env; R2D2: the last 10 of the env
+    exploring least)."""
+
+    name: str
+    config: SeedConfig
+    target_return: float
+    total_steps: int
+    note: str = ""
+    torch_threads: int = 1
+    device: str = "cpu"
+    sampler = "seed"
+
+    @property
+    def algorithm(self) -> type:
+        return Seed
+
+    @property
+    def env_id(self) -> str:
+        return self.config.env_id
+
+    @property
+    def num_workers(self) -> int:
+        return self.config.num_actors
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_actors * self.config.envs_per_actor
+
+    @property
+    def horizon(self) -> int:
+        learner = learner_config(self.config)
+        return learner.unroll_length if self.config.algorithm == "vtrace" else learner.stored_length
+
+    def make_run(self, seed: int, *, runs_dir: str | None = None, name: str | None = None) -> Seed:
+        """A ``Seed`` run of the recipe at ``seed`` (not started)."""
+        return Seed(
+            replace(self.config, seed=seed), device=self.device, runs_dir=runs_dir, name=name
+        )
+
+    def run(self, seed: int, **options: Any) -> dict[str, Any]:
+        """``runs.recipes.run_recipe(self, seed, ...)``."""
+        return run_recipe(self, seed, **options)
+
+
+def _vtrace_cartpole() -> SeedConfig:
+    return SeedConfig(
+        env_id="CartPole-v1",
+        algorithm="vtrace",
+        num_actors=4,
+        # Short unrolls and small batches: many updates per env step, which CartPole needs.
+        learner=IMPALAConfig(
+            learning_rate=1e-3, batch_size=8, unroll_length=5, baseline_cost=0.25, entropy_cost=0.0
+        ),
+    )
+
+
+def _r2d2_cartpole_no_velocity() -> SeedConfig:
+    return SeedConfig(
+        env_id="workbench/CartPoleNoVelocity-v1",
+        algorithm="r2d2",
+        num_actors=4,
+        # Short sequences: the hidden velocities are differences of consecutive observations, so a
+        # 5-step burn-in rebuilds a useful state and 20 trained rows (a new sequence every 10 steps)
+        # hold far more memory than the task needs; R2D2's 40/80/40 suit Atari, and would cost 4x
+        # per update here. Adam's eps at 1e-6, not R2D2's 1e-3: with the rescaled values' small
+        # gradients, 1e-3 damps lr 1e-3 and learning takes about twice the updates.
+        learner=R2D2Config(
+            burn_in=5,
+            sequence_length=20,
+            overlap=10,
+            n_step=5,
+            gamma=0.99,
+            batch_size=32,
+            learning_rate=1e-3,
+            adam_eps=1e-6,
+            target_update_interval=100,
+            replay_capacity=5000,
+        ),
+        # 16 sequences trained per sequence assembled: 32 trained rows per env step (DQN's CartPole
+        # recipe: 32 transitions per step); fewer reach 300 in as many updates but twice the steps.
+        min_replay_sequences=64,
+        replay_ratio=16.0,
+    )
+
+
+def _vtrace_pong() -> SeedConfig:
+    return SeedConfig(
+        env_id="ALE/Pong-v5",
+        algorithm="vtrace",
+        num_actors=16,
+        max_batch_size=16,
+        timeout=0.005,
+        learner=IMPALAConfig(
+            learning_rate=6e-4, batch_size=16, unroll_length=20, entropy_cost=0.01
+        ),
+    )
+
+
+SEED_RECIPES: dict[str, SeedRecipe] = {
+    recipe.name: recipe
+    for recipe in (
+        SeedRecipe(
+            "seed-vtrace-cartpole",
+            _vtrace_cartpole(),
+            target_return=475.0,
+            total_steps=300_000,
+            note="4 env-only actors through the central server; IMPALA learner (V-trace)",
+        ),
+        SeedRecipe(
+            "seed-r2d2-cartpole-novelocity",
+            _r2d2_cartpole_no_velocity(),
+            target_return=300.0,
+            total_steps=80_000,
+            note="velocities hidden: a feed-forward DQN cannot tell where the pole goes; "
+            "seen: 30k-40k steps, serial seeds 0-4 (1500-2000 updates)",
+        ),
+        SeedRecipe(
+            "seed-vtrace-pong",
+            _vtrace_pong(),
+            target_return=18.0,
+            total_steps=50_000_000,
+            note="needs a GPU to finish in hours; 16 env-only actors",
+            device="auto",
+        ),
+    )
+}

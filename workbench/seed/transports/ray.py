@@ -1,0 +1,416 @@
+"""SEED RL's multi-machine transport on Ray (``pip install "workbench[distributed]"``): env actors.
+
+SEED (Espeholt et al. 2020, https://arxiv.org/abs/1910.06591, Sec. 3 and Fig. 2) puts env-only
+actors on many CPU machines and one inference server on the accelerator's host, next to the
+learner. Each actor streams (observation, reward, flags) to the server and waits for an action;
+the server gathers the requests of all actors into batches and answers each batch with one
+forward pass. The paper's transport is a gRPC streaming service; here it is Ray's RPC:
+
+* ``ray_server.RayInferenceServer`` is a Ray **async actor** that holds an ``InferenceServer``.
+  ``infer`` is one actor's request: it is validated (a malformed observation is that caller's
+  error, nobody else's), appended to a pending list, and awaits a future. A batching coroutine
+  answers when ``max_batch_size`` requests wait, when every active slot waits, or when ``timeout``
+  passed since the oldest arrived (the pattern of Ray Serve's ``@serve.batch``), runs **one**
+  ``InferenceServer.infer`` for the batch and resolves the futures. Recurrent state stays on the
+  server, one row per slot, as ``InferenceServer`` keeps it.
+* :class:`RayEnvActor` is a Ray actor that only steps ``make_vector_env(env_id, 1)`` and asks the
+  server for each action, with the flags protocol of ``env_actors`` (``request_flags``, ``FIRST``
+  ...). It never imports torch. Its ``run`` loop ends cleanly when the server stops or goes away.
+* :class:`RayActors` is the coordinator in the learner's process, with ``LocalActors``' calls
+  (``start``, ``stop``, ``set_num_actors``, ``check``, ``events``, ``steps``, ``episodes``): it
+  places env actors round-robin over the cluster's nodes and restarts one that dies.
+
+Each env actor owns one slot; a restarted actor's slot gets a new *generation*, and the server
+refuses requests of an older generation (a dead actor's request still in flight cannot reach the
+new actor's trajectory). Statuses travel as exceptions: ``env_actors.ServerStopped`` (the server
+stopped, or this actor's slot was handed on: exit cleanly) and ``ValueError`` (a malformed or
+non-finite observation). Ray re-raises an actor's exception at the caller as a ``RayTaskError``
+that is also an instance of the original class, so ``except ServerStopped`` works across machines.
+
+Without a cluster, ``ray.init()`` starts a local one; on a cluster, ``ray.init(address=...)`` and
+the same calls place env actors on every node and the server on this one (the learner's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from workbench.cluster import ensure_ray, import_ray, node_for
+from workbench.envs import env_spaces, make_vector_env
+from workbench.seed.env_actors import FIRST, REPLY_TIMEOUT, ServerStopped, request_flags
+from workbench.seed.transports import ActorEvent
+from workbench.seed.transports.ray_server import RayInferenceServer, percentiles_ms
+
+__all__ = ["RayActors", "RayEnvActor", "RayInferenceServer", "ServerStopped"]
+
+#: Seconds a new env actor may take to build its env (Ray starts a worker process for it).
+ACTOR_START_TIMEOUT = 120.0
+
+
+class RayEnvActor:
+    """An env-only SEED actor as a Ray actor: one env, one slot, an action per step from the server.
+
+    Args:
+        server: the :class:`RayInferenceServer`'s handle.
+        env_id: the env to step (``make_vector_env(env_id, 1)``, same-step autoreset).
+        slot: this actor's slot on the server; ``generation``: from ``server.restart``.
+        seed: the env's seed.
+        env_options: ``make_vector_env``'s options (Atari preprocessing).
+        nice: niceness added to this actor's process (so actors cannot starve a learner on the
+            same machine).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        env_id: str,
+        slot: int,
+        *,
+        generation: int = 0,
+        seed: int = 0,
+        env_options: dict | None = None,
+        nice: int = 0,
+    ) -> None:
+        if nice:
+            os.nice(nice)
+        self.server = server
+        self.slot = slot
+        self.generation = generation
+        self.envs = make_vector_env(env_id, 1, num_threads=1, **(env_options or {}))
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.steps = 0
+        self.returns: list[float] = []
+        self.round_trip: deque = deque(maxlen=10_000)
+        self._stop = False
+        self.reason: str | None = None
+
+    async def ready(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    async def run(self, max_steps: int | None = None) -> dict[str, Any]:
+        """Step until ``max_steps``, ``stop()``, or the server stops or goes away (a clean return:
+        ``reason`` says which). A malformed observation raises (the coordinator restarts us)."""
+        import ray
+
+        reward, flags = 0.0, FIRST
+        final_obs, episode_return, episode_length = None, 0.0, 0
+        self.reason = None
+        while self.reason is None:
+            if self._stop:
+                self.reason = "stopped"
+                break
+            if max_steps is not None and self.steps >= max_steps:
+                self.reason = "max_steps"
+                break
+            started = time.perf_counter()
+            request = self.server.infer.remote(
+                self.slot,
+                self.obs[0],
+                reward,
+                flags,
+                final_obs,
+                episode_return,
+                episode_length,
+                time.time(),
+                self.generation,
+            )
+            try:
+                action = await asyncio.wait_for(request, REPLY_TIMEOUT)
+            except ServerStopped as error:
+                self.reason = (
+                    f"server stopped: {error.args[0] if error.args else error}".splitlines()[0]
+                )
+                break
+            except ray.exceptions.RayActorError:
+                self.reason = "server died"
+                break
+            except asyncio.TimeoutError:
+                self.reason = f"no reply from the inference server in {REPLY_TIMEOUT:.0f} s"
+                break
+            self.round_trip.append(time.perf_counter() - started)
+            self.obs, rewards, terminated, truncated, info = self.envs.step(np.array([action]))
+            self.steps += 1
+            reward = float(rewards[0])
+            flags = int(request_flags(terminated, truncated, info["episode_done"])[0])
+            final_obs = info["final_obs"][0] if truncated[0] else None
+            if info["episode_done"][0]:
+                episode_return, episode_length = (
+                    float(info["episode_return"][0]),
+                    int(info["episode_length"][0]),
+                )
+                self.returns.append(episode_return)
+            else:
+                episode_return, episode_length = 0.0, 0
+        return await self.stats()
+
+    async def stop(self) -> None:
+        """End ``run`` after the step in progress."""
+        self._stop = True
+
+    async def stats(self) -> dict[str, Any]:
+        """``steps``, ``episodes``, ``returns`` (the last 100), ``round_trip`` p50/p99 (request ->
+        action, as this actor saw it), and ``reason`` (why ``run`` ended, or None)."""
+        return {
+            "slot": self.slot,
+            "steps": self.steps,
+            "episodes": len(self.returns),
+            "returns": self.returns[-100:],
+            "reason": self.reason,
+            **percentiles_ms(list(self.round_trip), "round_trip"),
+        }
+
+    def __del__(self) -> None:
+        try:
+            self.envs.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------------------------------
+# The coordinator
+
+
+@dataclass
+class _Handle:
+    index: int
+    actor: Any
+    run: Any  # the ObjectRef of its run()
+    generation: int
+    ready: Any = None  # the ObjectRef of its ready()
+    pid: int | None = None
+
+
+class RayActors:
+    """Env actors on the Ray cluster, served by a :class:`RayInferenceServer`: the Ray counterpart
+    of ``transports.local.LocalActors`` (the same calls), for the learner's process.
+
+    ``start()`` sets the server's slots and starts ``num_actors`` env actors, placed round-robin on
+    the cluster's live nodes; ``set_num_actors(n)`` adds or retires actors (up to ``max_actors``);
+    ``check()`` restarts an actor that died (``events`` records it) and reads the server's steps and
+    finished episodes; ``stop()`` ends the actors' loops and frees them. The server is not stopped
+    here: it belongs to whoever launched it (``ray.get(server.stop.remote())``).
+
+    Args:
+        server: a :class:`RayInferenceServer` handle (``RayInferenceServer.launch``).
+        env_id: the environments' id (validated here, before any actor starts).
+        num_actors: env actors to start (one env, one slot each).
+        max_actors: the most ``set_num_actors`` may reach (the server's slots are allocated once).
+        seed: actor i's env is seeded ``seed + 1000 * i + generation - 1``.
+        env_options: ``make_vector_env`` options.
+        nice: niceness added to actor processes.
+        max_steps: each actor's ``run(max_steps)`` (None: until stopped).
+    """
+
+    wait_seconds = 0.05  # a learner waiting for data waits this long, then does its other work
+
+    def __init__(
+        self,
+        server: Any,
+        env_id: str,
+        num_actors: int,
+        *,
+        max_actors: int | None = None,
+        seed: int = 0,
+        env_options: dict | None = None,
+        nice: int = 0,
+        max_steps: int | None = None,
+    ) -> None:
+        if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
+            raise ValueError(f"num_actors must be a positive int, got {num_actors!r}")
+        self.ray = import_ray()
+        observation_space, action_space = env_spaces(
+            env_id, **(env_options or {})
+        )  # validates the id
+        if not hasattr(action_space, "n"):
+            raise ValueError(
+                f"{env_id} has a continuous action space {action_space}; the inference "
+                "server answers discrete actions. Pick a discrete-action env."
+            )
+        self.server = server
+        self.env_id = env_id
+        self.num_actors = num_actors
+        self.max_actors = max(num_actors, max_actors or num_actors)
+        self.seed = seed
+        self.env_options = dict(env_options or {})
+        self.nice = nice
+        self.max_steps = max_steps
+        self.observation_space, self.action_space = observation_space, action_space
+        self.events: list[ActorEvent] = []
+        self.error: str | None = None
+        self.steps = 0
+        self.episodes: deque = deque(maxlen=10_000)  # (time, slot, return, length)
+        self.finished: dict[int, dict] = {}  # actor -> its run()'s result, once it ended cleanly
+        self._actors: dict[int, _Handle] = {}
+        self._remote = None
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> "RayActors":
+        if self._started:
+            raise RuntimeError("these actors already started; make a new RayActors to start again")
+        ray = self.ray = ensure_ray()
+        self._remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(RayEnvActor)
+        space = self.observation_space
+        ray.get(
+            self.server.reset_slots.remote(self.max_actors, tuple(space.shape), space.dtype.str),
+            timeout=ACTOR_START_TIMEOUT,
+        )
+        self._started = True
+        self._start_actors(range(self.num_actors))
+        return self
+
+    def _start_actors(self, indices: Sequence[int]) -> None:
+        handles = [self._spawn(index) for index in indices]
+        try:
+            ready = self.ray.get([h.ready for h in handles], timeout=ACTOR_START_TIMEOUT)
+        except self.ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"env actors did not start in {ACTOR_START_TIMEOUT:.0f} s; the cluster "
+                "may be overloaded: use fewer actors."
+            ) from None
+        except self.ray.exceptions.RayError as error:
+            raise RuntimeError(f"an env actor failed to start: {error}") from None
+        for handle, info in zip(handles, ready):
+            handle.pid = info["pid"]
+            self._event("started", handle.index, f"pid {info['pid']} node {info['node_id'][:8]}")
+
+    def _spawn(self, index: int) -> Any:
+        ray = self.ray
+        (generation,) = ray.get(self.server.restart.remote([index]), timeout=ACTOR_START_TIMEOUT)
+        actor = self._remote.options(scheduling_strategy=node_for(index)).remote(
+            self.server,
+            self.env_id,
+            index,
+            generation=generation,
+            seed=self.seed + 1000 * index + generation - 1,
+            env_options=self.env_options,
+            nice=self.nice,
+        )
+        ready = actor.ready.remote()  # submitted before run: answered first
+        handle = _Handle(index, actor, actor.run.remote(self.max_steps), generation, ready)
+        self._actors[index] = handle
+        self.finished.pop(index, None)
+        return handle
+
+    def set_num_actors(self, num_actors: int) -> None:
+        """Start or retire actors so that ``num_actors`` step envs (1 .. ``max_actors``)."""
+        if not isinstance(num_actors, int) or not 1 <= num_actors <= self.max_actors:
+            raise ValueError(
+                f"num_actors must be an int in 1..{self.max_actors} (max_actors), got {num_actors!r}"
+            )
+        if self._started:
+            running = sorted(self._actors)
+            for index in running[num_actors:]:
+                handle = self._actors.pop(index)
+                self.ray.kill(handle.actor)
+                self.ray.get(self.server.restart.remote([index]))  # its late requests are refused
+                self._event("stopped", index, "retired")
+            self._start_actors([i for i in range(num_actors) if i not in self._actors])
+        self.num_actors = num_actors
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask every actor to end its loop, wait up to ``timeout`` seconds, then free them all."""
+        ray = self.ray
+        handles = list(self._actors.values())
+        for handle in handles:
+            handle.actor.stop.remote()
+        if handles:
+            done, _ = ray.wait([h.run for h in handles], num_returns=len(handles), timeout=timeout)
+            for handle in handles:
+                if handle.run in done:
+                    self._finish(handle, restart=False)
+        for handle in handles:
+            ray.kill(handle.actor)
+        self._actors.clear()
+
+    def __enter__(self) -> "RayActors":
+        return self.start() if not self._started else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- what the run reads ---------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Restart actors that died, collect the server's progress; raise if serving failed."""
+        ray = self.ray
+        handles = {h.run: h for h in self._actors.values()}
+        if handles:
+            done, _ = ray.wait(list(handles), num_returns=len(handles), timeout=0)
+            for ref in done:
+                self._finish(handles[ref], restart=True)
+        try:
+            progress = ray.get(self.server.progress.remote(), timeout=60)
+        except ray.exceptions.RayActorError as error:
+            self.error = f"the inference server actor died: {str(error).splitlines()[0]}"
+            raise RuntimeError(self.error) from None
+        self.steps = progress["steps"]
+        self.episodes.extend(progress["episodes"])
+        if progress["error"] is not None:
+            self.error = progress["error"]
+        if self.error is not None:
+            raise RuntimeError(self.error)
+
+    def _finish(self, handle: _Handle, restart: bool) -> None:
+        """Its run() ended: cleanly (record why), or by a death or an error (restart it)."""
+        ray = self.ray
+        try:
+            result = ray.get(handle.run)
+        except ray.exceptions.RayActorError as error:
+            kind, detail = "died", str(error).splitlines()[0]
+        except ray.exceptions.RayError as error:
+            kind, detail = "error", str(error)
+        else:
+            self.finished[handle.index] = result
+            self._event("stopped", handle.index, result["reason"] or "")
+            self._actors.pop(handle.index, None)
+            ray.kill(handle.actor)
+            return
+        self._event(kind, handle.index, detail)
+        ray.kill(handle.actor)
+        self._actors.pop(handle.index, None)
+        if not restart:
+            return
+        recent = [
+            e
+            for e in self.events
+            if e.kind == "restarted" and e.actor == handle.index and e.time > time.time() - 60
+        ]
+        if len(recent) >= 3:
+            self.error = (
+                f"env actor {handle.index} failed 4 times within a minute; last: {kind}: "
+                f"{detail}\n(see the run's events)"
+            )
+            raise RuntimeError(self.error)
+        new = self._spawn(handle.index)
+        self._event("restarted", handle.index, f"generation {new.generation}")
+
+    def _event(self, kind: str, actor: int, detail: str = "") -> None:
+        self.events.append(ActorEvent(time.time(), kind, actor, detail))
+
+    def advance(self) -> None:
+        """Nothing to do: the env actors step on their own."""
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live actors (on this machine's nodes, or a cluster's)."""
+        return [h.pid for h in self._actors.values() if h.pid is not None]
+
+    def actor_handles(self) -> dict[int, Any]:
+        return {index: handle.actor for index, handle in self._actors.items()}
+
+    def actor_stats(self, timeout: float = 30.0) -> dict[int, dict]:
+        """Each live actor's ``RayEnvActor.stats()``."""
+        handles = list(self._actors.values())
+        stats = self.ray.get([h.actor.stats.remote() for h in handles], timeout=timeout)
+        return {h.index: s for h, s in zip(handles, stats)}

@@ -1,4 +1,4 @@
-"""SEED against IMPALA: env steps/s against the number of actors, on this machine (Espeholt et al. 2020).
+"""SEED against IMPALA: env steps/s against the number of actors here (Espeholt et al. 2020).
 
     .venv/bin/python benchmarks/central_inference.py --actors 1 2 4 8 16 --seconds 10 --repeats 2
 
@@ -6,9 +6,9 @@ Each actor steps one env (``make_vector_env(env, 1)``: Pong with the default pre
 policy is the NatureCNN ``ActorCritic``, the same parameters on both sides:
 
 * SEED: env-only actor processes (no torch) and one central ``InferenceServer`` in this process
-  answering all of them with batched forward passes (``workbench.inference.LocalActors``);
+  answering all of them with batched forward passes (``workbench.seed.LocalActors``);
 * IMPALA-style: every actor process runs its own copy of the model, one batch-1 forward pass per
-  step on one torch thread (``workbench.inference_throughput.impala_actor_main``).
+  step on one torch thread (``workbench.lab.impala_actors.impala_actor_main``).
 
 At each actor count the two run one after the other (which goes first alternates), each measured
 for ``--seconds`` after its warm-up (every actor started and stepping; start-up is not counted).
@@ -17,7 +17,8 @@ With ``--repeats`` the counts are measured in interleaved passes and each side k
 (request sent -> action back: queue wait + forward, p50/p99 ms) and mean batch, IMPALA's own
 forward time per step, and the CPU time per step and memory per actor of both. It writes ``--out``
 (JSON: command, commit, machine, date, load averages, settings, every row and pass) and ends with
-``ratios: seed_vs_impala=<x> actors=<n> p99_ms=<x>`` at the largest actor count (p99: SEED's latency).
+``ratios: seed_vs_impala=<x> actors=<n> p99_ms=<x>`` at the largest actor count (p99: SEED's
+latency).
 
 Actors are spawned processes, which re-import this script: so the top of the file imports only the
 standard library (a SEED actor must stay torch-free), and all the work happens in functions.
@@ -33,25 +34,47 @@ import time
 
 import record  # this folder is sys.path[0] when the script runs
 
-HEADER = (f"{'actors':>7}{'SEED steps/s':>14}{'IMPALA steps/s':>16}{'ratio':>7}{'SEED p50 ms':>13}"
-          f"{'SEED p99 ms':>13}{'mean batch':>12}{'IMPALA fwd p50 ms':>19}{'CPU ms/step S/I':>17}"
-          f"{'MB/actor S/I':>14}")
+HEADER = (
+    f"{'actors':>7}{'SEED steps/s':>14}{'IMPALA steps/s':>16}{'ratio':>7}{'SEED p50 ms':>13}"
+    f"{'SEED p99 ms':>13}{'mean batch':>12}{'IMPALA fwd p50 ms':>19}{'CPU ms/step S/I':>17}"
+    f"{'MB/actor S/I':>14}"
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16],
-                        help="actor counts, one SEED and one IMPALA run each (default 1 2 4 8 16)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="seconds measured per run (default 10)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="interleaved passes over the counts; each side keeps its best pass (default 1)")
+    parser.add_argument(
+        "--actors",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 8, 16],
+        help="actor counts, one SEED and one IMPALA run each (default 1 2 4 8 16)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="seconds measured per run (default 10)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="interleaved passes over the counts; each side keeps its best pass (default 1)",
+    )
     parser.add_argument("--env", default="ALE/Pong-v5", help="environment id (default ALE/Pong-v5)")
-    parser.add_argument("--device", default="cpu",
-                        help="where SEED's server runs its forward pass: cpu, cuda, auto (default cpu); "
-                             "IMPALA actors always use their own CPU")
-    parser.add_argument("--warmup", type=float, default=1.0,
-                        help="seconds between every actor stepping and the window's start (default 1)")
-    parser.add_argument("--out", default="data/central_inference.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where SEED's server runs its forward pass: cpu, cuda, auto (default cpu); "
+        "IMPALA actors always use their own CPU",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=1.0,
+        help="seconds between every actor stepping and the window's start (default 1)",
+    )
+    parser.add_argument(
+        "--out", default="data/central_inference.json", help="where to write the JSON results"
+    )
     args = parser.parse_args(argv)
     if any(count < 1 for count in args.actors):
         parser.error("--actors must be positive integers.")
@@ -62,43 +85,61 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def table_row(row) -> str:
     seed, impala = row.seed, row.impala
-    return (f"{row.num_actors:>7}{seed.steps_per_second:>14,.0f}{impala.steps_per_second:>16,.0f}{row.ratio:>7.2f}"
-            f"{seed.latency.get('latency_p50_ms', float('nan')):>13.2f}"
-            f"{seed.latency.get('latency_p99_ms', float('nan')):>13.2f}"
-            f"{seed.latency.get('mean_batch_size', float('nan')):>12.1f}"
-            f"{impala.latency.get('latency_p50_ms', float('nan')):>19.2f}"
-            f"{f'{seed.cpu_ms_per_step:.2f}/{impala.cpu_ms_per_step:.2f}':>17}"
-            f"{f'{seed.actor_rss_mb:.0f}/{impala.actor_rss_mb:.0f}':>14}")
+    return (
+        f"{row.num_actors:>7}{seed.steps_per_second:>14,.0f}{impala.steps_per_second:>16,.0f}{row.ratio:>7.2f}"
+        f"{seed.latency.get('latency_p50_ms', float('nan')):>13.2f}"
+        f"{seed.latency.get('latency_p99_ms', float('nan')):>13.2f}"
+        f"{seed.latency.get('mean_batch_size', float('nan')):>12.1f}"
+        f"{impala.latency.get('latency_p50_ms', float('nan')):>19.2f}"
+        f"{f'{seed.cpu_ms_per_step:.2f}/{impala.cpu_ms_per_step:.2f}':>17}"
+        f"{f'{seed.actor_rss_mb:.0f}/{impala.actor_rss_mb:.0f}':>14}"
+    )
 
 
 def progress_line(result) -> str:
-    latency = result.latency
-    return (f"  {result.system:<6} {result.num_actors:>3} actors: {result.steps_per_second:>7,.0f} steps/s, "
-            f"p50/p99 {latency.get('latency_p50_ms', float('nan')):.2f}/{latency.get('latency_p99_ms', float('nan')):.2f} ms, "
-            f"{result.cpu_ms_per_step:.2f} CPU ms/step, warm-up {result.warmup_seconds:.1f} s")
+    p50 = result.latency.get("latency_p50_ms", float("nan"))
+    p99 = result.latency.get("latency_p99_ms", float("nan"))
+    return (
+        f"  {result.system:<6} {result.num_actors:>3} actors: "
+        f"{result.steps_per_second:>7,.0f} steps/s, p50/p99 {p50:.2f}/{p99:.2f} ms, "
+        f"{result.cpu_ms_per_step:.2f} CPU ms/step, warm-up {result.warmup_seconds:.1f} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench import inference_throughput as study  # workbench first: it sets OMP_WAIT_POLICY for torch
     from workbench.budget import budget_name
+    from workbench.lab import central_inference as study  # workbench first: it sets OMP_WAIT_POLICY
     from workbench.system import machine_info
 
     machine = machine_info()
     load_before = os.getloadavg()
     started = time.perf_counter()
     settings = study.SeedSettings(device=args.device)
-    print(f"machine: {machine.cpu_model}, {machine.cores} cores, load average {load_before[0]:.2f}; "
-          f"{args.env}, one env per actor, NatureCNN ActorCritic; {args.seconds:g} s measured per run after "
-          f"its warm-up, {args.repeats} pass(es); SEED server on {args.device}", flush=True)
-    rows = study.central_inference_study(args.actors, args.seconds, args.env, args.repeats, settings=settings,
-                                         warmup=args.warmup, progress=lambda r: print(progress_line(r), flush=True))
+    print(
+        f"machine: {machine.cpu_model}, {machine.cores} cores, load average {load_before[0]:.2f}; "
+        f"{args.env}, one env per actor, NatureCNN ActorCritic; {args.seconds:g} s measured per "
+        f"run after its warm-up, {args.repeats} pass(es); SEED server on {args.device}",
+        flush=True,
+    )
+    rows = study.central_inference_study(
+        args.actors,
+        args.seconds,
+        args.env,
+        args.repeats,
+        settings=settings,
+        warmup=args.warmup,
+        progress=lambda r: print(progress_line(r), flush=True),
+    )
     print(HEADER)
     for row in rows:
         print(table_row(row))
     last = max(rows, key=lambda r: r.num_actors)
-    ratios = {"seed_vs_impala": last.ratio, "actors": last.num_actors,
-              "p99_ms": last.seed.latency.get("latency_p99_ms", float("nan"))}
+    ratios = {
+        "seed_vs_impala": last.ratio,
+        "actors": last.num_actors,
+        "p99_ms": last.seed.latency.get("latency_p99_ms", float("nan")),
+    }
     report = {
         **record.provenance("central_inference"),
         "seconds": args.seconds,
@@ -117,10 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": time.perf_counter() - started,
     }
     record.write(report, args.out)
-    print(f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
-          f"{report['load_average_after'][0]:.2f})")
-    print(f"ratios: seed_vs_impala={ratios['seed_vs_impala']:.2f} actors={ratios['actors']} "
-          f"p99_ms={ratios['p99_ms']:.2f}")
+    print(
+        f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
+        f"{report['load_average_after'][0]:.2f})"
+    )
+    print(
+        f"ratios: seed_vs_impala={ratios['seed_vs_impala']:.2f} actors={ratios['actors']} "
+        f"p99_ms={ratios['p99_ms']:.2f}"
+    )
     return 0
 
 

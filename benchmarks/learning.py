@@ -1,6 +1,6 @@
-"""It learns: recipes (workbench.recipes) at several seeds, against their targets and budgets.
+"""It learns: recipes (workbench.runs.recipes) at several seeds, against their targets and budgets.
 
-    .venv/bin/python benchmarks/learning.py                 # the classic-control recipes, seeds 0 1 2
+    .venv/bin/python benchmarks/learning.py     # the classic-control recipes, seeds 0 1 2
     .venv/bin/python benchmarks/learning.py --recipes ppo-cartpole --seeds 0 1 2 3 4
     .venv/bin/python benchmarks/learning.py --recipes ppo-pong --seeds 0 --max-seconds 3600
 
@@ -15,7 +15,10 @@ command, commit, machine and date, and per run the learning curve: env steps, fr
 return of the last 20 episodes and wall seconds, a point every ``--curve-every`` seconds (and
 the last one), plus how far it got (``stopped``: target, budget, time or interrupted). Exits 1 if
 any run missed its target. Later algorithms (the DQN family, Ape-X, SEED learners) join by adding
-a recipe (Ape-X runs: ``workbench.apex.APEX_RECIPES``).
+a recipe (Ape-X runs: ``workbench.apex.APEX_RECIPES``; SEED runs: ``workbench.seed.SEED_RECIPES``).
+Every kind runs through ``recipe.run(seed, max_seconds=, on_update=)``
+(``runs.recipes.run_recipe``), its run writing its metrics under ``$WORKBENCH_RUNS_DIR`` (else
+``runs/``).
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ import time
 
 import record  # this folder is sys.path[0] when the script runs
 
-# Idle OpenMP threads must sleep, not spin on the cores the envs need (NOTES.md); set before
+# Idle OpenMP threads must sleep, not spin on the cores the envs need (measured on the 2-core
+# machine: +20-28% end to end); set before
 # anything imports torch (samplers' workers inherit it).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def all_recipes() -> dict:
-    """Sampler-driven recipes (``workbench.recipes``), Ape-X runs (``workbench.apex``) and SEED runs
-    (``workbench.seed``), by name."""
+    """Sampler-driven recipes (``workbench.runs.recipes``), Ape-X runs (``workbench.apex``) and SEED
+    runs (``workbench.seed``), by name."""
     from workbench.apex import APEX_RECIPES
-    from workbench.recipes import RECIPES
+    from workbench.runs.recipes import RECIPES
     from workbench.seed import SEED_RECIPES
 
     return {**RECIPES, **APEX_RECIPES, **SEED_RECIPES}
@@ -53,27 +57,55 @@ def default_recipes() -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     RECIPES = all_recipes()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", nargs="+", default=None, choices=list(RECIPES),
-                        help=f"default: {' '.join(default_recipes())} (Atari recipes only when named)")
+    parser.add_argument(
+        "--recipes",
+        nargs="+",
+        default=None,
+        choices=list(RECIPES),
+        help=f"default: {' '.join(default_recipes())} (Atari recipes only when named)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--max-seconds", type=float, default=None,
-                        help="wall-clock limit per run; the run stops after the update that passes it")
-    parser.add_argument("--curve-every", type=float, default=10.0,
-                        help="seconds between recorded points of the learning curve (0: every update; default 10)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for every recipe (default: each recipe's torch_threads; 1 for all so far)")
-    parser.add_argument("--log-every", type=float, default=60.0,
-                        help="seconds between progress lines during a run (0: none; default 60)")
-    parser.add_argument("--out", default=None,
-                        help="where to write the JSON results (default data/learning.json for the default "
-                             "recipes, else data/learning_<recipes>.json, so a Pong run keeps the CartPole file)")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="wall-clock limit per run; the run stops after the update that passes it",
+    )
+    parser.add_argument(
+        "--curve-every",
+        type=float,
+        default=10.0,
+        help="seconds between recorded points of the learning curve (0: every update; default 10)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for every recipe (default: each recipe's torch_threads; 1 for all "
+        "so far)",
+    )
+    parser.add_argument(
+        "--log-every",
+        type=float,
+        default=60.0,
+        help="seconds between progress lines during a run (0: none; default 60)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="where to write the JSON results (default data/learning.json for the default "
+        "recipes, else data/learning_<recipes>.json, so a Pong run keeps the CartPole file)",
+    )
     args = parser.parse_args(argv)
     if args.recipes is None:
         args.recipes = default_recipes()
     if args.out is None:
         named = sorted(args.recipes) != sorted(default_recipes())
-        args.out = ("data/learning_" + "_".join(r.replace("-", "_") for r in args.recipes) + ".json"
-                    if named else "data/learning.json")
+        args.out = (
+            "data/learning_" + "_".join(r.replace("-", "_") for r in args.recipes) + ".json"
+            if named
+            else "data/learning.json"
+        )
     if args.max_seconds is not None and not args.max_seconds > 0:
         parser.error("--max-seconds must be positive.")
     return args
@@ -84,7 +116,12 @@ class Curve:
     of the run is always kept: ``finish``), with progress lines every ``log_every`` seconds."""
 
     def __init__(self, *, frameskip: int, every: float, log_every: float, prefix: str) -> None:
-        self.frameskip, self.every, self.log_every, self.prefix = frameskip, every, log_every, prefix
+        self.frameskip, self.every, self.log_every, self.prefix = (
+            frameskip,
+            every,
+            log_every,
+            prefix,
+        )
         self.points: list[dict] = []
         self.last: dict | None = None
         self._next_log = log_every if log_every > 0 else None
@@ -95,8 +132,11 @@ class Curve:
             self.points.append(self.last)
         if self._next_log is not None and point["seconds"] >= self._next_log:
             shown = "n/a" if point["mean_return"] is None else f"{point['mean_return']:.1f}"
-            print(f"  {self.prefix}: {point['env_steps']:,} steps ({self.last['frames']:,} frames), "
-                  f"return(last 20) {shown}, {point['episodes']} episodes, {point['seconds']:.0f} s", flush=True)
+            print(
+                f"  {self.prefix}: {point['env_steps']:,} steps ({self.last['frames']:,} frames), "
+                f"return(last 20) {shown}, {point['episodes']} episodes, {point['seconds']:.0f} s",
+                flush=True,
+            )
             self._next_log += self.log_every
 
     def finish(self) -> list[dict]:
@@ -108,16 +148,22 @@ class Curve:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
-
     from workbench.envs import AtariOptions, is_atari
     from workbench.system import machine_info
 
     RECIPES = all_recipes()
 
     machine = machine_info()
-    report = {**record.provenance("learning"), "machine": dataclasses.asdict(machine),
-              "max_seconds": args.max_seconds, "recipes": {}}
-    print(f"{'recipe':<16}{'seed':>5}{'target':>9}{'budget':>11}{'steps to target':>17}{'seconds':>9}  stopped")
+    report = {
+        **record.provenance("learning"),
+        "machine": dataclasses.asdict(machine),
+        "max_seconds": args.max_seconds,
+        "recipes": {},
+    }
+    print(
+        f"{'recipe':<16}{'seed':>5}{'target':>9}{'budget':>11}{'steps to target':>17}"
+        f"{'seconds':>9}  stopped"
+    )
     solved = runs = 0
     interrupted = False
     for name in args.recipes:
@@ -128,15 +174,27 @@ def main(argv: list[str] | None = None) -> int:
         # why one also for the CNN on a shared machine), unless --threads says otherwise.
         torch.set_num_threads(args.threads or recipe.torch_threads or machine.cores)
         entry = report["recipes"][name] = {
-            "env_id": recipe.env_id, "algorithm": recipe.algorithm.__name__,
-            "config": dataclasses.asdict(recipe.config), "sampler": recipe.sampler,
-            "num_workers": recipe.num_workers, "num_envs": recipe.num_envs, "horizon": recipe.horizon,
-            "total_steps": recipe.total_steps, "frameskip": frameskip, "target_return": recipe.target_return,
-            "torch_threads": torch.get_num_threads(), "note": recipe.note, "runs": [],
+            "env_id": recipe.env_id,
+            "algorithm": recipe.algorithm.__name__,
+            "config": dataclasses.asdict(recipe.config),
+            "sampler": recipe.sampler,
+            "num_workers": recipe.num_workers,
+            "num_envs": recipe.num_envs,
+            "horizon": recipe.horizon,
+            "total_steps": recipe.total_steps,
+            "frameskip": frameskip,
+            "target_return": recipe.target_return,
+            "torch_threads": torch.get_num_threads(),
+            "note": recipe.note,
+            "runs": [],
         }
         for seed in args.seeds:
-            curve = Curve(frameskip=frameskip, every=args.curve_every, log_every=args.log_every,
-                          prefix=f"{name} seed {seed}")
+            curve = Curve(
+                frameskip=frameskip,
+                every=args.curve_every,
+                log_every=args.log_every,
+                prefix=f"{name} seed {seed}",
+            )
             started = time.perf_counter()
             try:
                 result = recipe.run(seed, max_seconds=args.max_seconds, on_update=curve)
@@ -151,14 +209,24 @@ def main(argv: list[str] | None = None) -> int:
             solved, runs = solved + ok, runs + 1
             stopped = result["stopped"] if result else "interrupted"
             shown = f"{steps:,}" if steps is not None else "not reached"
-            print(f"{name:<16}{seed:>5}{recipe.target_return:>9g}{recipe.total_steps:>11,}{shown:>17}{seconds:>9.1f}"
-                  f"  {stopped}", flush=True)
-            entry["runs"].append({
-                "seed": seed, "steps_to_target": steps, "solved": ok, "stopped": stopped, "seconds": seconds,
-                "env_steps": last["env_steps"] if last else 0, "frames": last["frames"] if last else 0,
-                "final_mean_return": last["mean_return"] if last else None,
-                "curve": points,
-            })
+            print(
+                f"{name:<16}{seed:>5}{recipe.target_return:>9g}{recipe.total_steps:>11,}{shown:>17}{seconds:>9.1f}"
+                f"  {stopped}",
+                flush=True,
+            )
+            entry["runs"].append(
+                {
+                    "seed": seed,
+                    "steps_to_target": steps,
+                    "solved": ok,
+                    "stopped": stopped,
+                    "seconds": seconds,
+                    "env_steps": last["env_steps"] if last else 0,
+                    "frames": last["frames"] if last else 0,
+                    "final_mean_return": last["mean_return"] if last else None,
+                    "curve": points,
+                }
+            )
             record.write(report, args.out)  # after every run: a long one is never lost
             if interrupted:
                 break
@@ -167,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     record.write(report, args.out)
     print(f"wrote {args.out}")
     if interrupted:
-        print("interrupted: the runs so far (the last one partial) are in the file.", file=sys.stderr)
+        print(
+            "interrupted: the runs so far (the last one partial) are in the file.", file=sys.stderr
+        )
         return 130
     print(f"learning: {solved}/{runs} solved")
     return 0 if solved == runs else 1

@@ -38,22 +38,34 @@ import sys
 import time
 
 import numpy as np
+from workbench.replay import ArrayStorage, FrameStorage, PrioritizedReplay
 
 import record  # this folder is sys.path[0] when the script runs
-from workbench.replay import ArrayStorage, FrameStorage, PrioritizedReplay
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--capacity", type=int, default=1_000_000, help="transitions held (default 1M)")
-    parser.add_argument("--batch", type=int, default=512, help="transitions per sampled batch (default 512)")
-    parser.add_argument("--block", type=int, default=1_000, help="transitions per add (default 1000)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (default 5)")
     parser.add_argument(
-        "--atari-capacity", type=int, default=100_000,
+        "--capacity", type=int, default=1_000_000, help="transitions held (default 1M)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=512, help="transitions per sampled batch (default 512)"
+    )
+    parser.add_argument(
+        "--block", type=int, default=1_000, help="transitions per add (default 1000)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="seconds per measurement (default 5)"
+    )
+    parser.add_argument(
+        "--atari-capacity",
+        type=int,
+        default=100_000,
         help="capacity of the Atari FrameStorage measured (default 100k; 1M would take 7 GB)",
     )
-    parser.add_argument("--atari-envs", type=int, default=8, help="envs per Atari block (default 8)")
+    parser.add_argument(
+        "--atari-envs", type=int, default=8, help="envs per Atari block (default 8)"
+    )
     parser.add_argument(
         "--out", default="data/replay_throughput.json", help="where to write the JSON results"
     )
@@ -67,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# --- the baseline: plain per-item Python trees ------------------------------------------------------
+# --- the baseline: plain per-item Python trees ----------------------------------------------------
 
 
 class PlainTree:
@@ -86,7 +98,9 @@ class PlainTree:
         level = self.size // 2
         while level >= 1:
             left, right = nodes[2 * level : 4 * level : 2], nodes[2 * level + 1 : 4 * level : 2]
-            nodes[level : 2 * level] = left + right if self.kind == "sum" else np.minimum(left, right)
+            nodes[level : 2 * level] = (
+                left + right if self.kind == "sum" else np.minimum(left, right)
+            )
             level //= 2
         self.tree = nodes.tolist()
 
@@ -120,7 +134,9 @@ class PlainPrioritizedReplay:
     """``PrioritizedReplay``'s algorithm (stratified proportional sampling, IS weights normalised
     over the buffer, max-priority default) on ``PlainTree``s, one transition at a time."""
 
-    def __init__(self, capacity: int, alpha: float, beta: float, eps: float, storage: ArrayStorage) -> None:
+    def __init__(
+        self, capacity: int, alpha: float, beta: float, eps: float, storage: ArrayStorage
+    ) -> None:
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.storage = storage
         self.sums, self.mins = PlainTree(capacity, "sum"), PlainTree(capacity, "min")
@@ -157,7 +173,7 @@ class PlainPrioritizedReplay:
             self.mins.update(index, p)
 
 
-# --- measurements -----------------------------------------------------------------------------------
+# --- measurements ---------------------------------------------------------------------------------
 
 
 def timed(seconds: float, step) -> tuple[int, float]:
@@ -265,14 +281,17 @@ def measure_atari(args, seconds: float, rng: np.random.Generator) -> dict:
         "n_step": 3,
         "storage_bytes_per_transition": storage.nbytes / args.atari_capacity,
         "replay_bytes_per_transition": per_transition,
-        "obs_and_next_obs_bytes_per_transition": 2 * stack + 8 + 4 + 4,  # + action, return, discount
+        "obs_and_next_obs_bytes_per_transition": 2 * stack
+        + 8
+        + 4
+        + 4,  # + action, return, discount
         "add_transitions_per_second": adds * T * B / add_seconds,
         "sample_update_batches_per_second": batches / learn_seconds,
         "sample_update_transitions_per_second": batches * args.batch / learn_seconds,
     }
 
 
-# --- the table ----------------------------------------------------------------------------------------
+# --- the table ------------------------------------------------------------------------------------
 
 LABEL = "measurement (for add, a batch is a block)"
 HEADER = f"{'':2}{LABEL:<58}{'batches/s':>11}{'transitions/s':>15}{'us/batch':>10}"
@@ -280,7 +299,9 @@ HEADER = f"{'':2}{LABEL:<58}{'batches/s':>11}{'transitions/s':>15}{'us/batch':>1
 
 def row(label: str, transitions_per_second: float, batch: int) -> str:
     batches = transitions_per_second / batch
-    return f"{'':2}{label:<58}{batches:>11,.1f}{transitions_per_second:>15,.0f}{1e6 / batches:>10,.0f}"
+    return (
+        f"{'':2}{label:<58}{batches:>11,.1f}{transitions_per_second:>15,.0f}{1e6 / batches:>10,.0f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,20 +323,31 @@ def main(argv: list[str] | None = None) -> int:
 
     workbench = measure_replay("workbench", fill_workbench(args, rng), args, args.seconds, rng)
     plain = measure_replay("plain", fill_plain(args, rng), args, args.seconds / 2, rng)
-    for result, label in ((workbench, "workbench PrioritizedReplay (vectorised)"),
-                          (plain, "plain per-item Python sum + min trees")):
+    for result, label in (
+        (workbench, "workbench PrioritizedReplay (vectorised)"),
+        (plain, "plain per-item Python sum + min trees"),
+    ):
         print(row(f"add, {label}", result["add_transitions_per_second"], args.block), flush=True)
-    for result, label in ((workbench, "workbench PrioritizedReplay (vectorised)"),
-                          (plain, "plain per-item Python sum + min trees")):
-        print(row(f"sample+update, {label}", result["sample_update_transitions_per_second"], args.batch),
-              flush=True)
+    for result, label in (
+        (workbench, "workbench PrioritizedReplay (vectorised)"),
+        (plain, "plain per-item Python sum + min trees"),
+    ):
+        print(
+            row(
+                f"sample+update, {label}",
+                result["sample_update_transitions_per_second"],
+                args.batch,
+            ),
+            flush=True,
+        )
 
     atari = measure_atari(args, args.seconds, rng)
     label = f"Atari FrameStorage {atari['capacity']:,}, {atari['num_envs']} envs, n=3"
     print(row(f"add, {label}", atari["add_transitions_per_second"], args.block))
     print(row(f"sample+update, {label}", atari["sample_update_transitions_per_second"], args.batch))
     print(
-        f"\n  bytes per Atari transition: {atari['replay_bytes_per_transition']:,.0f} (frames stored once; "
+        f"\n  bytes per Atari transition: {atari['replay_bytes_per_transition']:,.0f} "
+        "(frames stored once; "
         f"storage {atari['storage_bytes_per_transition']:,.0f} + trees and priorities) against "
         f"{atari['obs_and_next_obs_bytes_per_transition']:,} for obs and next_obs stacks "
         f"(at capacity {atari['capacity']:,})"
@@ -324,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {
         "vs_python_tree": workbench["sample_update_transitions_per_second"]
         / plain["sample_update_transitions_per_second"],
-        "add_vs_python_tree": workbench["add_transitions_per_second"] / plain["add_transitions_per_second"],
+        "add_vs_python_tree": workbench["add_transitions_per_second"]
+        / plain["add_transitions_per_second"],
         "bytes_per_transition": atari["replay_bytes_per_transition"],
     }
     report = {
@@ -344,10 +377,15 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": time.perf_counter() - started,
     }
     record.write(report, args.out)
-    print(f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
-          f"{report['load_average_after'][0]:.2f}); add: {ratios['add_vs_python_tree']:.1f}x the plain trees")
-    print(f"ratios: vs_python_tree={ratios['vs_python_tree']:.1f} "
-          f"bytes_per_transition={ratios['bytes_per_transition']:.0f}")
+    print(
+        f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
+        f"{report['load_average_after'][0]:.2f}); "
+        f"add: {ratios['add_vs_python_tree']:.1f}x the plain trees"
+    )
+    print(
+        f"ratios: vs_python_tree={ratios['vs_python_tree']:.1f} "
+        f"bytes_per_transition={ratios['bytes_per_transition']:.0f}"
+    )
     return 0
 
 

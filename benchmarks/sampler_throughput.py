@@ -32,7 +32,8 @@ import time
 
 import record  # this folder is sys.path[0] when the script runs
 
-# Idle OpenMP threads must sleep, not spin on the cores the env workers need (NOTES.md).
+# Idle OpenMP threads must sleep, not spin on the cores the env workers need (measured on the
+# 2-core machine: +20-28% end to end).
 # libgomp reads this when torch loads, so it is set before anything imports torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -60,16 +61,24 @@ GYM_VECTOR_ENVS = 8
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (default 5)")
     parser.add_argument(
-        "--games", default="pong,breakout", help=f"comma-separated, of {', '.join(GAMES)} (default pong,breakout)"
+        "--seconds", type=float, default=5.0, help="seconds per measurement (default 5)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=3,
+        "--games",
+        default="pong,breakout",
+        help=f"comma-separated, of {', '.join(GAMES)} (default pong,breakout)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
         help="measurements per row, best kept: noise only ever slows a run (default 3)",
     )
     parser.add_argument("--horizon", type=int, default=64, help="T, steps per collect (default 64)")
-    parser.add_argument("--out", default="data/sampler_throughput.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--out", default="data/sampler_throughput.json", help="where to write the JSON results"
+    )
     args = parser.parse_args(argv)
     args.games = [g.strip().lower() for g in args.games.split(",") if g.strip()]
     unknown = [g for g in args.games if g not in GAMES]
@@ -99,7 +108,7 @@ def show(measured) -> None:
     print(row(measured), flush=True)
 
 
-# --- one game ---------------------------------------------------------------------------------------
+# --- one game -------------------------------------------------------------------------------------
 
 
 def best_of(repeats: int, measure):
@@ -111,11 +120,10 @@ def best_of(repeats: int, measure):
 def measure_game(game: str, *, seconds: float, horizon: int, cores: int, repeats: int) -> dict:
     """Every measurement for one game; returns them with the best sampler and the ratios."""
     import torch
-
-    from workbench import throughput
     from workbench.envs import env_spaces
+    from workbench.lab import baselines, throughput
     from workbench.models import ActorCritic
-    from workbench.samplers import make_sampler
+    from workbench.sampling import make_sampler
 
     env_id = GAMES[game]
     obs_space, action_space = env_spaces(env_id)
@@ -124,45 +132,84 @@ def measure_game(game: str, *, seconds: float, horizon: int, cores: int, repeats
     model = ActorCritic(obs_shape, int(action_space.n))  # stochastic: act() samples
     model.eval()
 
-    print(f"\n{env_id}  (obs {obs_shape}, {int(action_space.n)} actions, {cores} cores)", flush=True)
+    print(
+        f"\n{env_id}  (obs {obs_shape}, {int(action_space.n)} actions, {cores} cores)", flush=True
+    )
     print(HEADER, flush=True)
-    results: dict = {"env_id": env_id, "naive": None, "vector": None, "env_only": [], "inference": [], "samplers": []}
+    results: dict = {
+        "env_id": env_id,
+        "naive": None,
+        "vector": None,
+        "env_only": [],
+        "inference": [],
+        "samplers": [],
+    }
 
     # (a) naive and (b) gymnasium's vector env: the references, with torch on every core.
     with throughput.torch_threads(cores):
-        naive = best_of(repeats, lambda: throughput.naive_loop(
-            env_id, model, seconds, label=f"naive: 1 gym env, batch 1, torch={cores}"
-        ))
+        naive = best_of(
+            repeats,
+            lambda: baselines.naive_loop(
+                env_id, model, seconds, label=f"naive: 1 gym env, batch 1, torch={cores}"
+            ),
+        )
         show(naive)
-        vector = best_of(repeats, lambda: throughput.gym_vector_loop(
-            env_id, GYM_VECTOR_ENVS, model, seconds, mode="async",
-            label=f"vector: gym AsyncVectorEnv({GYM_VECTOR_ENVS}), torch={cores}",
-        ))
+        vector = best_of(
+            repeats,
+            lambda: baselines.gym_vector_loop(
+                env_id,
+                GYM_VECTOR_ENVS,
+                model,
+                seconds,
+                mode="async",
+                label=f"vector: gym AsyncVectorEnv({GYM_VECTOR_ENVS}), torch={cores}",
+            ),
+        )
         show(vector)
     results["naive"], results["vector"] = naive.to_dict(), vector.to_dict()
 
     # (c) the limit: each half alone at its best.
     env_only = []
     for setting in VECTOR_ENV_SETTINGS:
-        measured = best_of(repeats, lambda: throughput.measure_vector_env(
-            env_id, setting["num_envs"], seconds, batch_size=setting["batch_size"], num_threads=cores,
-            label=f"env only: B={setting['num_envs']} batch={setting['batch_size']} threads={cores}",
-        ))
+        measured = best_of(
+            repeats,
+            lambda setting=setting: throughput.measure_vector_env(
+                env_id,
+                setting["num_envs"],
+                seconds,
+                batch_size=setting["batch_size"],
+                num_threads=cores,
+                label=f"env only: B={setting['num_envs']} batch={setting['batch_size']} "
+                f"threads={cores}",
+            ),
+        )
         show(measured)
         env_only.append(measured)
     inference = []
     for batch in INFERENCE_BATCHES:
-        measured = best_of(repeats, lambda: throughput.measure_inference(
-            model, obs_shape, batch, seconds, device="cpu", num_threads=cores,
-            label=f"inference only: batch {batch}, torch={cores}",
-        ))
+        measured = best_of(
+            repeats,
+            lambda batch=batch: throughput.measure_inference(
+                model,
+                obs_shape,
+                batch,
+                seconds,
+                device="cpu",
+                num_threads=cores,
+                label=f"inference only: batch {batch}, torch={cores}",
+            ),
+        )
         show(measured)
         inference.append(measured)
     best_env = max(env_only, key=lambda m: m.steps_per_second)
     best_inference = max(inference, key=lambda m: m.steps_per_second)
     limit = throughput.limit_steps_per_second(best_env, best_inference, cores)
     frameskip = best_env.frames_per_second / best_env.steps_per_second
-    print(f"{'':2}{'limit: best env only + best inference only':<44}{limit:>9,.0f}{limit * frameskip:>10,.0f}", flush=True)
+    print(
+        f"{'':2}{'limit: best env only + best inference only':<44}{limit:>9,.0f}"
+        f"{limit * frameskip:>10,.0f}",
+        flush=True,
+    )
     results["env_only"] = [m.to_dict() for m in env_only]
     results["inference"] = [m.to_dict() for m in inference]
     results["limit_steps_per_second"] = limit
@@ -177,9 +224,12 @@ def measure_game(game: str, *, seconds: float, horizon: int, cores: int, repeats
             for threads in thread_counts:
                 who = "workers" if kind == "parallel" else "torch"
                 label = f"{kind}: {workers}B={kwargs['num_envs']} T={horizon} {who}={threads}"
-                measured = best_of(repeats, lambda: throughput.measure_sampler(
-                    sampler, model, seconds, label=label, num_threads=threads
-                ))
+                measured = best_of(
+                    repeats,
+                    lambda label=label, threads=threads: throughput.measure_sampler(
+                        sampler, model, seconds, label=label, num_threads=threads
+                    ),
+                )
                 measured.details["kind"] = kind
                 show(measured)
                 samplers.append(measured)
@@ -203,7 +253,6 @@ def ratios_line(ratios: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # after OMP_WAIT_POLICY is set
-
     from workbench.budget import budget_name
     from workbench.system import machine_info
 
@@ -226,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         f"best of {args.repeats} x {args.seconds:g} s per row"
     )
     print(
-        "env / infer / wait: seconds in each stage as a fraction of the wall clock (parallel: mean\n"
-        "per worker; alternating: both env groups summed, so env + infer can pass 1 when they overlap)"
+        "env / infer / wait: seconds in each stage as a fraction of the wall clock (parallel: "
+        "mean\nper worker; alternating: both env groups summed, so env + infer can pass 1 when "
+        "they overlap)"
     )
     try:
         # Pong last, so that its ratios are the last line.

@@ -1,4 +1,4 @@
-"""Training throughput: PPO on Pong end to end, the workbench's Run against a plain CleanRL-style loop.
+"""Training throughput: PPO on Pong end to end, the workbench's Run against a plain CleanRL loop.
 
     .venv/bin/python benchmarks/training_throughput.py --seconds 20 --repeats 1
 
@@ -7,9 +7,9 @@ same PPO hyperparameters (CleanRL's ``ppo_atari.py``: 8 envs x 128 steps, 4 mini
 epochs, lr 2.5e-4, clip 0.1, entropy 0.01, value 0.5, grad norm 0.5, gamma 0.99, lambda 0.95):
 
 * plain:  one process, written the CleanRL way: gymnasium's ``SyncVectorEnv`` of
-          ``throughput.make_preprocessed_env`` envs (AtariPreprocessing: 84x84 gray, skip 4, stack
-          4), one forward pass per step, then GAE and the PPO loss computed inline, float32;
-* sync:   ``workbench.runners.Run`` with ``RunConfig(mode="sync")``: collect with a workbench
+          ``lab.baselines.make_preprocessed_env`` envs (AtariPreprocessing: 84x84 gray, skip 4,
+          stack 4), one forward pass per step, then GAE and the PPO loss computed inline, float32;
+* sync:   ``workbench.runs.Run`` with ``RunConfig(mode="sync")``: collect with a workbench
           sampler, then ``PPO.update``, with the learner's speed-ups on (bfloat16 autocast);
 * async:  the same with ``mode="async"``: the next batch is collected while the learner learns.
 
@@ -25,8 +25,8 @@ fastest, but when other processes hold the cores, a two-thread bfloat16 learner 
 (measured with two busy-looping processes beside it: 35 s per Pong update against 2.5 s with one
 thread; float32 suffers far less). bfloat16 runs many more small parallel regions (casts), and
 with ``OMP_WAIT_POLICY=PASSIVE`` (set by ``workbench``) each one waits for a sleeping OpenMP
-thread to be scheduled again. One thread per role is the robust choice (NOTES.md); async mode
-then gives the collector and the learner one core each.
+thread to be scheduled again. One thread per role is the robust choice (that measurement); async
+mode then gives the collector and the learner one core each.
 
 The sampler: on this 2-core machine, at 8 envs, the serial sampler (ALE's C++ vector env and the
 forward pass in one process) collects fastest; the parallel sampler, best at 64 envs in
@@ -56,8 +56,9 @@ import time
 
 import record  # this folder is sys.path[0] when the script runs
 
-# Idle OpenMP threads must sleep, not spin on the cores the envs need (NOTES.md); libgomp reads
-# this when torch loads, so it is set before anything imports torch.
+# Idle OpenMP threads must sleep, not spin on the cores the envs need (measured on the 2-core
+# machine: +20-28% end to end); libgomp reads this when torch loads, so it is set before anything
+# imports torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ENV_ID = "ALE/Pong-v5"
@@ -97,27 +98,50 @@ class Hyperparameters:
         return self.num_envs * self.num_steps
 
     def ppo_config(self, *, autocast: str | None, channels_last: bool):
-        """The same settings as a ``workbench.algos.PPOConfig``."""
-        from workbench.algos import PPOConfig
+        """The same settings as a ``workbench.learners.PPOConfig``."""
+        from workbench.learners import PPOConfig
 
         return PPOConfig(
-            gamma=self.gamma, gae_lambda=self.gae_lambda, learning_rate=self.learning_rate,
-            adam_eps=self.adam_eps, num_epochs=self.update_epochs, num_minibatches=self.num_minibatches,
-            clip_coef=self.clip_coef, clip_value_loss=True, value_coef=self.vf_coef,
-            entropy_coef=self.ent_coef, normalize_advantages=True, max_grad_norm=self.max_grad_norm,
-            autocast=autocast, channels_last=channels_last,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            learning_rate=self.learning_rate,
+            adam_eps=self.adam_eps,
+            num_epochs=self.update_epochs,
+            num_minibatches=self.num_minibatches,
+            clip_coef=self.clip_coef,
+            clip_value_loss=True,
+            value_coef=self.vf_coef,
+            entropy_coef=self.ent_coef,
+            normalize_advantages=True,
+            max_grad_norm=self.max_grad_norm,
+            autocast=autocast,
+            channels_last=channels_last,
         )
 
 
-def _result(label: str, steps: int, seconds: float, iterations: int, stages: dict, env_id: str, details: dict):
+def _result(
+    label: str,
+    steps: int,
+    seconds: float,
+    iterations: int,
+    stages: dict,
+    env_id: str,
+    details: dict,
+):
     from workbench.envs import AtariOptions, is_atari
-    from workbench.throughput import Throughput
+    from workbench.lab.throughput import Throughput
 
     rate = steps / seconds if seconds > 0 else 0.0
-    frameskip = AtariOptions.frameskip if is_atari(env_id) else 1  # the preprocessing both sides use
+    frameskip = (
+        AtariOptions.frameskip if is_atari(env_id) else 1
+    )  # the preprocessing both sides use
     return Throughput(
-        label=label, steps_per_second=rate, frames_per_second=rate * frameskip, seconds=seconds,
-        steps=int(steps), stages={k: float(v) for k, v in stages.items()},
+        label=label,
+        steps_per_second=rate,
+        frames_per_second=rate * frameskip,
+        seconds=seconds,
+        steps=int(steps),
+        stages={k: float(v) for k, v in stages.items()},
         details={"iterations": iterations, **details},
     )
 
@@ -151,15 +175,16 @@ def plain_loop(
     import numpy as np
     import torch
     from torch import nn
-
+    from workbench.lab.baselines import make_preprocessed_env
     from workbench.models import ActorCritic
-    from workbench.throughput import make_preprocessed_env
 
     if vector not in ("sync", "async"):
         raise ValueError(f"vector must be 'sync' or 'async', got {vector!r}")
     device = torch.device(device)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    env_fns = [functools.partial(make_preprocessed_env, env_id, seed + i) for i in range(hp.num_envs)]
+    env_fns = [
+        functools.partial(make_preprocessed_env, env_id, seed + i) for i in range(hp.num_envs)
+    ]
     vector_class = gym.vector.SyncVectorEnv if vector == "sync" else gym.vector.AsyncVectorEnv
     envs = vector_class(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     finished = False
@@ -199,7 +224,9 @@ def plain_loop(
                 t1 = time.perf_counter()
                 next_obs, reward, terminations, truncations, _ = envs.step(action)
                 rewards[step] = torch.as_tensor(np.sign(reward), dtype=torch.float32, device=device)
-                next_done = torch.as_tensor(np.logical_or(terminations, truncations), dtype=torch.float32, device=device)
+                next_done = torch.as_tensor(
+                    np.logical_or(terminations, truncations), dtype=torch.float32, device=device
+                )
                 next_obs = torch.as_tensor(next_obs, device=device)
                 t2 = time.perf_counter()
                 it_inference += t1 - t0
@@ -219,32 +246,44 @@ def plain_loop(
                         nextnonterminal = 1.0 - dones[t + 1]
                         nextvalues = values[t + 1]
                     delta = rewards[t] + hp.gamma * nextvalues * nextnonterminal - values[t]
-                    advantages[t] = lastgaelam = delta + hp.gamma * hp.gae_lambda * nextnonterminal * lastgaelam
+                    advantages[t] = lastgaelam = (
+                        delta + hp.gamma * hp.gae_lambda * nextnonterminal * lastgaelam
+                    )
                 returns = advantages + values
 
             b_obs = obs.reshape((-1, *obs_shape))
             b_logprobs, b_actions = logprobs.reshape(-1), actions.reshape(-1)
-            b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+            b_advantages, b_returns, b_values = (
+                advantages.reshape(-1),
+                returns.reshape(-1),
+                values.reshape(-1),
+            )
             minibatch_size = hp.batch_size // hp.num_minibatches
             b_inds = np.arange(hp.batch_size)
             clipfracs = []
             for _ in range(hp.update_epochs):
                 np.random.shuffle(b_inds)
                 for lo in range(0, hp.batch_size, minibatch_size):
-                    mb_inds = b_inds[lo:lo + minibatch_size]
+                    mb_inds = b_inds[lo : lo + minibatch_size]
                     new = agent.evaluate(b_obs[mb_inds], b_actions[mb_inds])
                     logratio = new["logp"] - b_logprobs[mb_inds]
                     ratio = logratio.exp()
                     with torch.no_grad():
                         clipfracs.append(((ratio - 1.0).abs() > hp.clip_coef).float().mean().item())
                     mb_advantages = b_advantages[mb_inds]
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                        mb_advantages.std() + 1e-8
+                    )
                     pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
+                    pg_loss2 = -mb_advantages * torch.clamp(
+                        ratio, 1 - hp.clip_coef, 1 + hp.clip_coef
+                    )
                     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
                     newvalue = new["value"]
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -hp.clip_coef, hp.clip_coef)
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -hp.clip_coef, hp.clip_coef
+                    )
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                     v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                     entropy_loss = new["entropy"].mean()
@@ -270,11 +309,26 @@ def plain_loop(
     finally:
         envs.close(terminate=not finished)
     elapsed = t_end - start
-    stages = {"env": env_s, "inference": inference_s, "learn": learn_s, "wait": 0.0, "total": elapsed}
+    stages = {
+        "env": env_s,
+        "inference": inference_s,
+        "learn": learn_s,
+        "wait": 0.0,
+        "total": elapsed,
+    }
     vector_name = f"{'Sync' if vector == 'sync' else 'Async'}VectorEnv({hp.num_envs})"
-    details = {"kind": "plain", "vector": vector_name, "device": str(device), "precision": "float32",
-               "torch_threads": torch.get_num_threads(), "num_envs": hp.num_envs, "horizon": hp.num_steps}
-    label = label or f"plain: CleanRL loop, gym {vector_name}, fp32, torch={torch.get_num_threads()}"
+    details = {
+        "kind": "plain",
+        "vector": vector_name,
+        "device": str(device),
+        "precision": "float32",
+        "torch_threads": torch.get_num_threads(),
+        "num_envs": hp.num_envs,
+        "horizon": hp.num_steps,
+    }
+    label = (
+        label or f"plain: CleanRL loop, gym {vector_name}, fp32, torch={torch.get_num_threads()}"
+    )
     return _result(label, steps, elapsed, iterations, stages, env_id, details)
 
 
@@ -305,12 +359,10 @@ def measure_run(
     to a temporary folder, removed afterwards.
     """
     import torch
-
-    from workbench.algos import PPO
-    from workbench.control import RunSettings
     from workbench.envs import env_spaces
+    from workbench.learners import PPO
     from workbench.models import ActorCritic
-    from workbench.runners import Run, RunConfig
+    from workbench.runs import Run, RunConfig, RunSettings
 
     obs_space, action_space = env_spaces(env_id)
     torch.manual_seed(seed)
@@ -318,16 +370,30 @@ def measure_run(
     config = hp.ppo_config(autocast=autocast, channels_last=channels_last)
     algo = PPO(model, config, device=device, seed=seed)
     settings = RunSettings(
-        num_actors=num_workers if sampler != "serial" else 1, num_envs=hp.num_envs, horizon=hp.num_steps,
-        minibatch_size=hp.batch_size // hp.num_minibatches, learner_devices=(device,),
+        num_actors=num_workers if sampler != "serial" else 1,
+        num_envs=hp.num_envs,
+        horizon=hp.num_steps,
+        minibatch_size=hp.batch_size // hp.num_minibatches,
+        learner_devices=(device,),
     )
     rows: list[tuple[float, dict]] = []
     with tempfile.TemporaryDirectory(prefix="training_throughput-") as runs_dir:
-        run = Run(env_id, algo, sampler=sampler, settings=settings,
-                  config=RunConfig(total_steps=10**12, mode=mode, runs_dir=runs_dir, name=f"{mode}-{sampler}", seed=seed),
-                  sampler_options={} if sampler == "parallel" else {"device": device})
+        run = Run(
+            env_id,
+            algo,
+            sampler=sampler,
+            settings=settings,
+            config=RunConfig(
+                total_steps=10**12,
+                mode=mode,
+                runs_dir=runs_dir,
+                name=f"{mode}-{sampler}",
+                seed=seed,
+            ),
+            sampler_options={} if sampler == "parallel" else {"device": device},
+        )
 
-        @run.on_iteration
+        @run.on_row
         def stop_when_measured(row: dict) -> None:
             if "event" in row:
                 return
@@ -337,7 +403,9 @@ def measure_run(
 
         run.run()
     if len(rows) < 2:
-        raise RuntimeError(f"the run ended after {len(rows)} iteration(s); nothing was timed ({run.status})")
+        raise RuntimeError(
+            f"the run ended after {len(rows)} iteration(s); nothing was timed ({run.status})"
+        )
     timed = [row for _, row in rows[1:]]
     elapsed = rows[-1][0] - rows[0][0]
     steps = rows[-1][1]["charts/env_steps"] - rows[0][1]["charts/env_steps"]
@@ -350,26 +418,42 @@ def measure_run(
     }
     workers = f"{num_workers}w x " if sampler != "serial" else ""
     precision = autocast or "fp32"
-    details = {"kind": mode, "sampler": sampler, "num_workers": num_workers if sampler != "serial" else None,
-               "device": device, "precision": precision, "channels_last": channels_last,
-               "torch_threads": torch.get_num_threads(), "num_envs": hp.num_envs, "horizon": hp.num_steps,
-               "policy_lag": max(r["charts/policy_lag"] for r in timed)}
+    details = {
+        "kind": mode,
+        "sampler": sampler,
+        "num_workers": num_workers if sampler != "serial" else None,
+        "device": device,
+        "precision": precision,
+        "channels_last": channels_last,
+        "torch_threads": torch.get_num_threads(),
+        "num_envs": hp.num_envs,
+        "horizon": hp.num_steps,
+        "policy_lag": max(r["charts/policy_lag"] for r in timed),
+    }
     short = {"bfloat16": "bf16", "float16": "fp16"}.get(precision, precision)
-    label = label or (f"{mode}: Run, {sampler} {workers}B={hp.num_envs}, {short}"
-                      + (", NHWC" if channels_last else "") + f", torch={torch.get_num_threads()}")
+    label = label or (
+        f"{mode}: Run, {sampler} {workers}B={hp.num_envs}, {short}"
+        + (", NHWC" if channels_last else "")
+        + f", torch={torch.get_num_threads()}"
+    )
     return _result(label, steps, elapsed, len(timed), stages, env_id, details)
 
 
 # --- the table ------------------------------------------------------------------------------------
 
-HEADER = f"{'':2}{'measurement':<58}{'steps/s':>8}{'frames/s':>9}{'s/iter':>7}{'env':>6}{'infer':>6}{'learn':>6}{'wait':>6}"
+HEADER = (
+    f"{'':2}{'measurement':<58}{'steps/s':>8}{'frames/s':>9}{'s/iter':>7}"
+    f"{'env':>6}{'infer':>6}{'learn':>6}{'wait':>6}"
+)
 
 
 def row(measured) -> str:
     n = max(1, measured.details["iterations"])
     per = {k: v / n for k, v in measured.stages.items()}
-    return (f"{'':2}{measured.label:<58}{measured.steps_per_second:>8,.0f}{measured.frames_per_second:>9,.0f}"
-            f"{per['total']:>7.2f}{per['env']:>6.2f}{per['inference']:>6.2f}{per['learn']:>6.2f}{per['wait']:>6.2f}")
+    return (
+        f"{'':2}{measured.label:<58}{measured.steps_per_second:>8,.0f}{measured.frames_per_second:>9,.0f}"
+        f"{per['total']:>7.2f}{per['env']:>6.2f}{per['inference']:>6.2f}{per['learn']:>6.2f}{per['wait']:>6.2f}"
+    )
 
 
 def best_of(repeats: int, measure):
@@ -381,34 +465,81 @@ def ratios(best: dict) -> dict[str, float]:
     """``vs_plain``: the faster workbench mode over the plain loop; ``async_vs_sync``: async over
     sync; each kind at its best thread count."""
     fastest = max(best["sync"].steps_per_second, best["async"].steps_per_second)
-    return {"vs_plain": fastest / best["plain"].steps_per_second,
-            "async_vs_sync": best["async"].steps_per_second / best["sync"].steps_per_second}
+    return {
+        "vs_plain": fastest / best["plain"].steps_per_second,
+        "async_vs_sync": best["async"].steps_per_second / best["sync"].steps_per_second,
+    }
 
 
-# --- the command ------------------------------------------------------------------------------------
+# --- the command ----------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="timed seconds per row, after a warm-up iteration (default 20)")
-    parser.add_argument("--repeats", type=int, default=1, help="measurements per row, best kept (default 1)")
-    parser.add_argument("--out", default="data/training_throughput.json", help="where to write the JSON results")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the learner and the inference go there")
-    parser.add_argument("--sampler", choices=["serial", "parallel", "batched", "alternating"], default=None,
-                        help="the workbench sampler (default: serial on the CPU, batched with cuda)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes of a non-serial sampler (default 2)")
-    parser.add_argument("--autocast", choices=["bfloat16", "float16", "none"], default="bfloat16",
-                        help="the workbench learner's precision (default bfloat16; float16 needs cuda)")
-    parser.add_argument("--channels-last", action="store_true", help="the workbench learner's model in NHWC memory format")
-    parser.add_argument("--threads", default=None,
-                        help="comma-separated torch thread counts, each row measured at each (default: 1 and one per core)")
-    parser.add_argument("--plain-vector", choices=["sync", "async"], default="sync",
-                        help="the plain loop's gymnasium vector env (default sync, as CleanRL)")
-    parser.add_argument("--also-fp32", action="store_true",
-                        help="add rows: the sync Run with a float32 learner (what the learner's speed-ups bring)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=20.0,
+        help="timed seconds per row, after a warm-up iteration (default 20)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="measurements per row, best kept (default 1)"
+    )
+    parser.add_argument(
+        "--out", default="data/training_throughput.json", help="where to write the JSON results"
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default) or cuda[:N]: the learner and the inference go there",
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=["serial", "parallel", "batched", "alternating"],
+        default=None,
+        help="the workbench sampler (default: serial on the CPU, batched with cuda)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="worker processes of a non-serial sampler (default 2)",
+    )
+    parser.add_argument(
+        "--autocast",
+        choices=["bfloat16", "float16", "none"],
+        default="bfloat16",
+        help="the workbench learner's precision (default bfloat16; float16 needs cuda)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="the workbench learner's model in NHWC memory format",
+    )
+    parser.add_argument(
+        "--threads",
+        default=None,
+        help="comma-separated torch thread counts, each row measured at each (default: 1 and one "
+        "per core)",
+    )
+    parser.add_argument(
+        "--plain-vector",
+        choices=["sync", "async"],
+        default="sync",
+        help="the plain loop's gymnasium vector env (default sync, as CleanRL)",
+    )
+    parser.add_argument(
+        "--also-fp32",
+        action="store_true",
+        help="add rows: the sync Run with a float32 learner (what the learner's speed-ups bring)",
+    )
     parser.add_argument("--env", default=ENV_ID, help=f"gymnasium id (default {ENV_ID})")
-    parser.add_argument("--num-envs", type=int, default=Hyperparameters.num_envs, help="B (default 8, CleanRL's)")
-    parser.add_argument("--horizon", type=int, default=Hyperparameters.num_steps, help="T (default 128, CleanRL's)")
+    parser.add_argument(
+        "--num-envs", type=int, default=Hyperparameters.num_envs, help="B (default 8, CleanRL's)"
+    )
+    parser.add_argument(
+        "--horizon", type=int, default=Hyperparameters.num_steps, help="T (default 128, CleanRL's)"
+    )
     args = parser.parse_args(argv)
     if not args.seconds > 0:
         parser.error("--seconds must be positive.")
@@ -418,9 +549,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         try:
             args.threads = sorted({int(t) for t in args.threads.split(",") if t.strip()})
         except ValueError:
-            parser.error(f"--threads takes comma-separated positive ints, e.g. 1,2; got {args.threads!r}")
+            parser.error(
+                f"--threads takes comma-separated positive ints, e.g. 1,2; got {args.threads!r}"
+            )
         if not args.threads or min(args.threads) < 1:
-            parser.error(f"--threads takes comma-separated positive ints, e.g. 1,2; got {args.threads!r}")
+            parser.error(
+                f"--threads takes comma-separated positive ints, e.g. 1,2; got {args.threads!r}"
+            )
     if args.sampler is None:
         args.sampler = "batched" if args.device.startswith("cuda") else "serial"
     if args.autocast == "none":
@@ -431,10 +566,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # noqa: F401  (after OMP_WAIT_POLICY is set)
-
     from workbench.budget import budget_name
+    from workbench.lab.throughput import torch_threads
     from workbench.system import machine_info, resolve_device
-    from workbench.throughput import torch_threads
 
     device = str(resolve_device(args.device))
     machine = machine_info()
@@ -442,15 +576,27 @@ def main(argv: list[str] | None = None) -> int:
     hp = Hyperparameters(num_envs=args.num_envs, num_steps=args.horizon)
     load_before = os.getloadavg()
     started = time.perf_counter()
-    print(f"machine: {machine.cpu_model}, {machine.cores} cores, torch {machine.torch}, device {device}, "
-          f"load average {load_before[0]:.2f}; best of {args.repeats} x {args.seconds:g} s per row")
-    print(f"{args.env}: PPO, B={hp.num_envs} T={hp.num_steps}, {hp.update_epochs} epochs x "
-          f"{hp.num_minibatches} minibatches; stages in seconds per iteration")
+    print(
+        f"machine: {machine.cpu_model}, {machine.cores} cores, torch {machine.torch}, "
+        f"device {device}, "
+        f"load average {load_before[0]:.2f}; best of {args.repeats} x {args.seconds:g} s per row"
+    )
+    print(
+        f"{args.env}: PPO, B={hp.num_envs} T={hp.num_steps}, {hp.update_epochs} epochs x "
+        f"{hp.num_minibatches} minibatches; stages in seconds per iteration"
+    )
     print(HEADER, flush=True)
-    run_kwargs = dict(sampler=args.sampler, num_workers=args.workers, device=device,
-                      autocast=args.autocast, channels_last=args.channels_last)
+    run_kwargs = dict(
+        sampler=args.sampler,
+        num_workers=args.workers,
+        device=device,
+        autocast=args.autocast,
+        channels_last=args.channels_last,
+    )
     measures = {
-        "plain": lambda: plain_loop(args.env, args.seconds, hp, device=device, vector=args.plain_vector),
+        "plain": lambda: plain_loop(
+            args.env, args.seconds, hp, device=device, vector=args.plain_vector
+        ),
         "sync": lambda: measure_run(args.env, args.seconds, hp, mode="sync", **run_kwargs),
         "async": lambda: measure_run(args.env, args.seconds, hp, mode="async", **run_kwargs),
     }
@@ -469,7 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: every env and sampler was closed; nothing written.", file=sys.stderr)
         return 130
-    best = {kind: max(measured, key=lambda m: m.steps_per_second) for kind, measured in rows.items()}
+    best = {
+        kind: max(measured, key=lambda m: m.steps_per_second) for kind, measured in rows.items()
+    }
     found = ratios(best)
     report = {
         **record.provenance("training_throughput"),
@@ -491,7 +639,10 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": time.perf_counter() - started,
     }
     record.write(report, args.out)
-    print(f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after {report['load_average_after'][0]:.2f})")
+    print(
+        f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; "
+        f"load average after {report['load_average_after'][0]:.2f})"
+    )
     for kind, measured in best.items():
         print(f"best {kind}: {measured.label} at {measured.steps_per_second:,.0f} steps/s")
     print(f"ratios: vs_plain={found['vs_plain']:.2f} async_vs_sync={found['async_vs_sync']:.2f}")

@@ -8,8 +8,8 @@ process it starts, kernels and their workers included, carries a marker in its e
 
 :class:`Browser` is Debian's chromium (``/usr/bin/chromium``) driven by playwright with
 ``executable_path``: no ``playwright install`` (it downloads, and fails here). :class:`NotebookPage`
-holds the JupyterLab quirks (NOTES.md, "Notebooks in a real browser"): the kernel shows "idle"
-before its websocket is open, and an execution sent then is dropped silently.
+holds the JupyterLab quirks a real browser shows: the kernel shows "idle" before its websocket is
+open, and an execution sent then is dropped silently.
 
 Every wait is bounded; :meth:`NotebookPage.fail` saves a screenshot and names it, with the
 server's log, in the assertion message.
@@ -27,15 +27,22 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--disable-dev-shm-usage",
 ]
 MARKER = "WORKBENCH_BROWSER_TEST"
@@ -46,7 +53,9 @@ MARKER = "WORKBENCH_BROWSER_TEST"
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false", "checkForUpdates": False},
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
     "@jupyterlab/extensionmanager-extension/plugin.jupyterlab-settings": {"enabled": False},
 }
 
@@ -125,8 +134,10 @@ class Lab:
 
     def start(self, timeout: float = 180.0) -> "Lab":
         """Start the server and wait until its API answers; a port taken in between is retried."""
-        dirs = {name: self.home / name for name in ("config", "data", "runtime", "settings",
-                                                    "workspaces", "ipython")}
+        dirs = {
+            name: self.home / name
+            for name in ("config", "data", "runtime", "settings", "workspaces", "ipython")
+        }
         for path in dirs.values():
             path.mkdir(parents=True, exist_ok=True)
         for name, values in LAB_SETTINGS.items():
@@ -149,16 +160,30 @@ class Lab:
         for _ in range(3):
             self.port = free_port()
             command = [
-                sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-                "--ip=127.0.0.1", f"--port={self.port}", "--ServerApp.port_retries=0",
-                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--ip=127.0.0.1",
+                f"--port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root_dir}",
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             ]
             with open(self.log_path, "ab") as log:
                 log.write(f"$ {' '.join(command)}\n".encode())
                 log.flush()
-                self.process = subprocess.Popen(command, cwd=self.root_dir, env=env, stdin=subprocess.DEVNULL,
-                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                self.process = subprocess.Popen(
+                    command,
+                    cwd=self.root_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             while time.monotonic() < deadline and self.process.poll() is None:
                 with contextlib.suppress(OSError, ValueError):
                     if self.api("GET", "/api/status", timeout=5) is not None:
@@ -168,16 +193,19 @@ class Lab:
             if self.process.poll() is None or "already in use" not in self.log():
                 break
         self.kill()
-        raise AssertionError(f"JupyterLab did not answer on port {self.port} within {timeout:.0f} s "
-                             f"(exit code {self.process.poll()}); log: {self.log_path}\n{self.log()[-3000:]}")
+        raise AssertionError(
+            f"JupyterLab did not answer on port {self.port} within {timeout:.0f} s "
+            f"(exit code {self.process.poll()}); log: {self.log_path}\n{self.log()[-3000:]}"
+        )
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
 
     def api(self, method: str, path: str, timeout: float = 20.0) -> Any:
         """Call the server's REST API with the token; the decoded JSON answer (None when empty)."""
-        request = urllib.request.Request(self.url(path), method=method,
-                                         headers={"Authorization": f"token {self.token}"})
+        request = urllib.request.Request(
+            self.url(path), method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             body = answer.read()
         return json.loads(body) if body.strip() else None
@@ -210,7 +238,11 @@ class Lab:
         if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(OSError, ValueError):
                 for kernel in self.api("GET", "/api/kernels") or []:
-                    self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=max(5.0, deadline - time.monotonic()))
+                    self.api(
+                        "DELETE",
+                        f"/api/kernels/{kernel['id']}",
+                        timeout=max(5.0, deadline - time.monotonic()),
+                    )
             with contextlib.suppress(OSError, ValueError):
                 self.api("POST", "/api/shutdown", timeout=10)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -238,8 +270,12 @@ class Browser:
         self._playwright = sync_playwright().start()
         try:
             self.context = self._playwright.chromium.launch_persistent_context(
-                str(user_data_dir), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-                env={**os.environ, MARKER: self.marker}, viewport={"width": 1400, "height": 1000},
+                str(user_data_dir),
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_FLAGS,
+                env={**os.environ, MARKER: self.marker},
+                viewport={"width": 1400, "height": 1000},
                 timeout=120_000,
             )
         except BaseException:
@@ -275,7 +311,9 @@ class NotebookPage:
         self.frames_received = 0
         self.console: list[str] = []
         self.page.on("websocket", self._on_websocket)
-        self.page.on("console", lambda message: self.console.append(f"{message.type}: {message.text}"))
+        self.page.on(
+            "console", lambda message: self.console.append(f"{message.type}: {message.text}")
+        )
         self.page.on("pageerror", lambda error: self.console.append(f"pageerror: {error}"))
 
     def _on_websocket(self, websocket: Any) -> None:
@@ -298,12 +336,20 @@ class NotebookPage:
         console = self.artifacts / "browser-console.log"
         with contextlib.suppress(OSError):
             console.write_text("\n".join(self.console))
-        raise AssertionError(f"{message}\nscreenshot: {screenshot}\njupyter log: {self.lab.log_path}\n"
-                             f"browser console: {console}\nlast lines of the jupyter log:\n"
-                             f"{self.lab.log()[-2500:]}")
+        raise AssertionError(
+            f"{message}\nscreenshot: {screenshot}\njupyter log: {self.lab.log_path}\n"
+            f"browser console: {console}\nlast lines of the jupyter log:\n"
+            f"{self.lab.log()[-2500:]}"
+        )
 
-    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.25,
-                 quiet: bool = False) -> Any:
+    def wait_for(
+        self,
+        what: str,
+        predicate: Callable[[], Any],
+        timeout: float,
+        interval: float = 0.25,
+        quiet: bool = False,
+    ) -> Any:
         """Poll ``predicate`` until it returns something truthy (returned); after ``timeout``
         seconds fail with ``what`` and the evidence (``quiet``: a bare AssertionError)."""
         deadline = time.monotonic() + timeout
@@ -326,11 +372,22 @@ class NotebookPage:
         """Open the notebook and wait until its kernel can really execute: its websocket has
         received frames and the status bar says Idle (JupyterLab 4.6 shows idle before the socket
         is open)."""
-        self.page.goto(self.lab.url(f"lab/tree/{self.notebook}?token={self.lab.token}"),
-                       timeout=timeout * 1000, wait_until="domcontentloaded")
+        self.page.goto(
+            self.lab.url(f"lab/tree/{self.notebook}?token={self.lab.token}"),
+            timeout=timeout * 1000,
+            wait_until="domcontentloaded",
+        )
         self.wait_for("the notebook's cells", lambda: self.cells().count() > 0, timeout)
-        self.wait_for("the kernel's websocket (/channels) to receive", lambda: self.frames_received > 0, timeout)
-        self.wait_for("the status bar to show the kernel Idle", lambda: self.kernel_status() == "idle", timeout)
+        self.wait_for(
+            "the kernel's websocket (/channels) to receive",
+            lambda: self.frames_received > 0,
+            timeout,
+        )
+        self.wait_for(
+            "the status bar to show the kernel Idle",
+            lambda: self.kernel_status() == "idle",
+            timeout,
+        )
         return self
 
     def kernel_status(self) -> str:
@@ -350,7 +407,13 @@ class NotebookPage:
     def prompt(self, index: int) -> str:
         """The input prompt of cell ``index``: '[ ]:', '[*]:' or '[3]:' ('' for markdown)."""
         try:
-            return self.cells().nth(index).locator(".jp-InputPrompt").first.inner_text(timeout=5000).strip()
+            return (
+                self.cells()
+                .nth(index)
+                .locator(".jp-InputPrompt")
+                .first.inner_text(timeout=5000)
+                .strip()
+            )
         except Exception:
             return ""
 
@@ -362,8 +425,14 @@ class NotebookPage:
         self.page.keyboard.press("Escape")
         self.page.keyboard.press("Shift+Enter")
 
-    def run_through(self, code_cells: list[int], *, first_timeout: float = 60.0, attempts: int = 3,
-                    timeout: float = 300.0) -> None:
+    def run_through(
+        self,
+        code_cells: list[int],
+        *,
+        first_timeout: float = 60.0,
+        attempts: int = 3,
+        timeout: float = 300.0,
+    ) -> None:
         """Execute the code cells ``code_cells`` (DOM indices, in order) and wait until the last one
         has run. The first is retried until its prompt shows it was taken (an execution sent before
         the kernel's socket opened is dropped silently)."""
@@ -372,8 +441,12 @@ class NotebookPage:
         for _ in range(attempts):
             self.execute(first)
             with contextlib.suppress(AssertionError):
-                self.wait_for(f"cell #{first} to start", lambda: self.prompt(first) not in (before, ""),
-                              first_timeout / attempts, quiet=True)
+                self.wait_for(
+                    f"cell #{first} to start",
+                    lambda: self.prompt(first) not in (before, ""),
+                    first_timeout / attempts,
+                    quiet=True,
+                )
                 break
         else:
             self.fail(f"the first code cell (#{first}) never started: its prompt stayed {before!r}")
@@ -381,9 +454,14 @@ class NotebookPage:
             self.execute(index)
         deadline = time.monotonic() + timeout
         for index in code_cells:
-            self.wait_for(f"cell #{index} to finish (prompt [n]:)",
-                          lambda: _finished_prompt(self.prompt(index)), max(1.0, deadline - time.monotonic()))
-            errors = self.cells().nth(index).locator(".jp-OutputArea-output[data-mime-type*='error']")
+            self.wait_for(
+                f"cell #{index} to finish (prompt [n]:)",
+                lambda index=index: _finished_prompt(self.prompt(index)),
+                max(1.0, deadline - time.monotonic()),
+            )
+            errors = (
+                self.cells().nth(index).locator(".jp-OutputArea-output[data-mime-type*='error']")
+            )
             if errors.count():
                 self.fail(f"cell #{index} raised:\n{errors.first.inner_text()[-3000:]}")
 
@@ -396,7 +474,8 @@ class NotebookPage:
         return self.page.evaluate(
             """(selector) => {
                 const plot = document.querySelector(selector);
-                if (!plot || !plot.data || !plot.data.length) return {points: null, last_x: null, shapes: 0};
+                if (!plot || !plot.data || !plot.data.length)
+                    return {points: null, last_x: null, shapes: 0};
                 const x = plot.data[0].x || [];
                 return {points: x.length, last_x: x.length ? x[x.length - 1] : null,
                         shapes: ((plot.layout || {}).shapes || []).length};

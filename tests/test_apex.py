@@ -1,6 +1,7 @@
 """Ape-X (Horgan et al. 2018): the roles one by one, then the whole run on local processes.
 
-The Ray back end has its own file (test_apex_ray.py)."""
+The Ray transport has its own file (test_apex_ray.py); both transports keep one contract
+(test_apex_transports.py)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,54 @@ import signal
 import time
 
 import numpy as np
-from processes import live_children
 import pytest
 import torch
+from processes import live_children
 
-from workbench.algos.dqn import DQNConfig
-from workbench.apex import (APEX_RECIPES, Apex, ApexActor, ApexConfig, ReplayServer, actor_epsilons,
-                            actor_noise_scales, make_agent)
-from workbench.apex_backends import SharedParameters
+from workbench.apex import (
+    APEX_RECIPES,
+    Apex,
+    ApexActor,
+    ApexConfig,
+    ReplayServer,
+    actor_epsilons,
+    actor_noise_scales,
+    make_agent,
+)
+from workbench.apex.transports.local import SharedParameters
+from workbench.learners import DQNConfig
+from workbench.runs.records import load_checkpoint_file, load_metrics
 
-CARTPOLE_AGENT = dict(n_step=3, double=True, batch_size=64, learning_rate=1e-3, adam_eps=1e-8,
-                      replay_capacity=100_000, target_update_interval=256, prioritized=True, priority_alpha=0.6,
-                      max_grad_norm=10.0)
+CARTPOLE_AGENT = dict(
+    n_step=3,
+    double=True,
+    batch_size=64,
+    learning_rate=1e-3,
+    adam_eps=1e-8,
+    replay_capacity=100_000,
+    target_update_interval=256,
+    prioritized=True,
+    priority_alpha=0.6,
+    max_grad_norm=10.0,
+)
 
 
 def cartpole_config(**changes) -> ApexConfig:
-    values = dict(env_id="CartPole-v1", agent=DQNConfig(**CARTPOLE_AGENT),
-                  model_options=dict(dueling=True, hidden=(64, 64)), num_actors=2, learning_starts=500, seed=0)
+    values = dict(
+        env_id="CartPole-v1",
+        agent=DQNConfig(**CARTPOLE_AGENT),
+        model_options=dict(dueling=True, hidden=(64, 64)),
+        num_actors=2,
+        learning_starts=500,
+        seed=0,
+    )
     values.update(changes)
     return ApexConfig(**values)
+
+
+def metric_rows(run) -> list[dict]:
+    """The run's metric rows (its event rows left out)."""
+    return [row for row in run.metrics if "event" not in row]
 
 
 # --- per-actor exploration ------------------------------------------------------------------------
@@ -37,7 +67,7 @@ def test_actor_epsilons_follow_the_papers_formula():
     # Horgan et al. 2018, Sec. 4.1: eps_i = 0.4 ** (1 + 7 i / (N - 1)).
     eps = actor_epsilons(8)
     assert eps[0] == pytest.approx(0.4)
-    assert eps[-1] == pytest.approx(0.4 ** 8)
+    assert eps[-1] == pytest.approx(0.4**8)
     assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
     assert all(a > b for a, b in zip(eps, eps[1:]))
 
@@ -70,10 +100,16 @@ def test_actor_block_holds_nstep_transitions_and_their_initial_priorities(one_th
     next_obs = torch.as_tensor(transitions["next_obs"])
     with torch.no_grad():
         best = q(next_obs).argmax(1, keepdim=True)
-        target = (torch.as_tensor(transitions["returns"])
-                  + torch.as_tensor(transitions["discounts"]) * actor.agent.target(next_obs).gather(1, best).squeeze(1))
-        taken = q(obs).gather(1, torch.as_tensor(transitions["actions"]).long().unsqueeze(1)).squeeze(1)
-    np.testing.assert_allclose(block["priorities"], (target - taken).abs().numpy(), rtol=1e-5, atol=1e-6)
+        bootstrap = actor.agent.target(next_obs).gather(1, best).squeeze(1)
+        target = (
+            torch.as_tensor(transitions["returns"])
+            + torch.as_tensor(transitions["discounts"]) * bootstrap
+        )
+        actions = torch.as_tensor(transitions["actions"]).long().unsqueeze(1)
+        taken = q(obs).gather(1, actions).squeeze(1)
+    np.testing.assert_allclose(
+        block["priorities"], (target - taken).abs().numpy(), rtol=1e-5, atol=1e-6
+    )
     actor.close()
 
 
@@ -94,8 +130,15 @@ def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
 
 
 def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_thread):
-    config = ApexConfig(env_id="ALE/Pong-v5", agent=DQNConfig(batch_size=32, replay_capacity=10_000),
-                        num_actors=2, max_actors=2, block_steps=10, learning_starts=100, replay_capacity=10_000)
+    config = ApexConfig(
+        env_id="ALE/Pong-v5",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        num_actors=2,
+        max_actors=2,
+        block_steps=10,
+        learning_starts=100,
+        replay_capacity=10_000,
+    )
     actor = ApexActor(config, index=1, exploration=1.0)
     block = actor.collect()
     steps = block["steps"]
@@ -104,7 +147,7 @@ def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_
     # Windows that run past the block (no episode ends in 10 Pong steps) have no priority yet.
     n = config.agent.n_step
     assert np.isfinite(block["priorities"][: 10 - (n - 1)]).all()
-    assert np.isnan(block["priorities"][10 - (n - 1):]).all()
+    assert np.isnan(block["priorities"][10 - (n - 1) :]).all()
     actor.close()
     server = ReplayServer(config)
     server.add_block(block)
@@ -116,11 +159,21 @@ def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_
 
 def _block(actor: int, count: int, priorities, start: float = 0.0) -> dict:
     obs = np.arange(start, start + count, dtype=np.float32)[:, None].repeat(4, 1)
-    return {"actor": actor, "env_steps": count, "episode_returns": [10.0 * actor], "exploration": 0.1,
-            "parameter_version": 0,
-            "transitions": {"obs": obs, "actions": np.zeros(count, np.int64), "returns": np.ones(count, np.float32),
-                            "discounts": np.full(count, 0.9, np.float32), "next_obs": obs + 1},
-            "priorities": np.asarray(priorities, dtype=np.float32)}
+    return {
+        "actor": actor,
+        "env_steps": count,
+        "episode_returns": [10.0 * actor],
+        "exploration": 0.1,
+        "parameter_version": 0,
+        "transitions": {
+            "obs": obs,
+            "actions": np.zeros(count, np.int64),
+            "returns": np.ones(count, np.float32),
+            "discounts": np.full(count, 0.9, np.float32),
+            "next_obs": obs + 1,
+        },
+        "priorities": np.asarray(priorities, dtype=np.float32),
+    }
 
 
 def test_replay_server_stores_blocks_with_the_actors_priorities():
@@ -150,7 +203,9 @@ def test_replay_server_trims_the_oldest_at_capacity():
 
 
 def test_replay_ratio_cap_holds_back_samples():
-    server = ReplayServer(cartpole_config(replay_capacity=1000, learning_starts=64, max_replay_ratio=1.5))
+    server = ReplayServer(
+        cartpole_config(replay_capacity=1000, learning_starts=64, max_replay_ratio=1.5)
+    )
     server.add_block(_block(0, 100, np.ones(100)))
     assert server.sample(64) is not None and server.sample(64) is not None  # 128 <= 1.5 * 100
     assert server.sample(64) is None  # 192 > 150: the learner waits for data
@@ -172,7 +227,8 @@ def test_replay_server_applies_the_learners_priorities():
     server = ReplayServer(cartpole_config(replay_capacity=1000, learning_starts=64))
     server.add_block(_block(0, 100, np.ones(100)))
     server.update_priorities(np.array([5]), np.array([100.0]))
-    assert server.replay._priorities[5] == pytest.approx((100.0 + server.replay.eps) ** 0.6, rel=1e-5)
+    expected = (100.0 + server.replay.eps) ** 0.6
+    assert server.replay._priorities[5] == pytest.approx(expected, rel=1e-5)
 
 
 # --- parameter publication ------------------------------------------------------------------------
@@ -192,9 +248,9 @@ def test_shared_parameters_publish_and_read_back():
 # --- bad input ------------------------------------------------------------------------------------
 
 
-def test_unknown_backend_names_the_choices():
+def test_unknown_transport_names_the_choices():
     with pytest.raises(ValueError, match="local"):
-        Apex(cartpole_config(), backend="mpi")
+        Apex(cartpole_config(), transport="mpi")
 
 
 def test_dpg_on_a_discrete_env_says_use_dqn():
@@ -215,47 +271,100 @@ def test_a_gpu_learner_without_a_gpu_names_the_fix(no_gpu):
         Apex(cartpole_config(), device="cuda")
 
 
-def test_train_needs_a_limit():
-    with pytest.raises(ValueError, match="max_updates"):
-        Apex(cartpole_config()).train()
+def test_run_needs_a_limit():
+    with pytest.raises(ValueError, match="updates"):
+        Apex(cartpole_config()).run()
 
 
 # --- the whole run on local processes -------------------------------------------------------------
 
 
-
-
 @pytest.mark.slow
-def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data():
+def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data(tmp_path):
     before = live_children()
-    apex = Apex(cartpole_config(num_actors=2, max_actors=4, learning_starts=200))
+    apex = Apex(
+        cartpole_config(num_actors=2, max_actors=4, learning_starts=200),
+        runs_dir=tmp_path,
+        log_interval=1.0,
+    )
     seen: dict[str, object] = {}
 
+    @apex.on_row
     def steer(row: dict) -> None:
-        if "killed" not in seen and row["replay_size"] > 0:
+        if "event" in row:
+            return
+        if "killed" not in seen and row["apex/replay_size"] > 0:
             pid = apex.actor_pids()[0]
             os.kill(pid, signal.SIGKILL)
-            seen["killed"], seen["size_at_kill"] = pid, row["replay_size"]
+            seen["killed"], seen["size_at_kill"] = pid, row["apex/replay_size"]
         elif "grown" not in seen and apex.restarts:
             apex.set_num_actors(3)
             seen["grown"] = True
-        elif "shrunk" not in seen and "grown" in seen and row["num_actors"] == 3 and 2 in row["per_actor"]:
+        elif (
+            "shrunk" not in seen
+            and "grown" in seen
+            and row["charts/num_actors"] == 3
+            and 2 in row["apex/per_actor"]
+        ):
             apex.set_num_actors(1)
             seen["shrunk"] = True
-        elif "shrunk" in seen and row["num_actors"] == 1:
+        elif "shrunk" in seen and row["charts/num_actors"] == 1:
             seen["alive_at_one"] = len(apex.actor_pids())
             apex.stop()
 
-    apex.train(max_seconds=150, log_interval=1.0, on_row=steer)
+    apex.run(seconds=150)
     kinds = [e["event"] for e in apex.events]
-    assert kinds[:1] == ["restart"] and apex.events[0]["actor"] == 0
-    assert {"old": 2, "new": 3}.items() <= next(e for e in apex.events if e["event"] == "actors").items()
+    assert kinds[:1] == ["actor_restart"] and apex.events[0]["actor"] == 0
+    grown = next(e for e in apex.events if e["event"] == "settings")
+    assert (grown["old"], grown["new"]) == ({"num_actors": 2}, {"num_actors": 3})
     assert seen.get("alive_at_one") == 1
     # The replay outlived the killed actor: it kept growing from what it held.
-    assert apex.metrics[-1]["replay_size"] > seen["size_at_kill"]
+    assert metric_rows(apex)[-1]["apex/replay_size"] > seen["size_at_kill"]
     assert apex.actor_pids() == {} and apex.status == "stopped"
     time.sleep(0.5)
     assert live_children() - before == set(), "an actor or the replay process outlived the run"
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thread):
+    """The checkpoint holds the learner and the counters (not the replay: the actors refill it);
+    ``Apex.from_checkpoint`` continues from them and appends to the same metrics file."""
+    config = cartpole_config(num_actors=1, learning_starts=200)
+    apex = Apex(config, runs_dir=tmp_path, log_interval=0.5)
+    apex.run(updates=40, seconds=120)
+    assert apex.ended_by == "updates" and apex.updates == 40 and apex.env_steps > 0
+    saved = load_checkpoint_file(apex.dir)
+    assert "not saved" in saved["state"]["replay"]
+    assert (saved["updates"], saved["env_steps"]) == (apex.updates, apex.env_steps)
+
+    resumed = Apex.from_checkpoint(apex.dir, log_interval=0.5)
+    assert resumed.name == apex.name and resumed.metrics_path == apex.metrics_path
+    assert (resumed.updates, resumed.env_steps) == (apex.updates, apex.env_steps)
+    before, after = apex.agent.state_dict(), resumed.agent.state_dict()
+    for part in ("model", "target"):
+        assert before[part].keys() == after[part].keys()
+        for key, value in before[part].items():
+            torch.testing.assert_close(after[part][key], value)
+    assert resumed.agent.num_updates == apex.agent.num_updates
+    rows_before = len(metric_rows(apex))
+    assert len(metric_rows(resumed)) == rows_before  # the saved rows, read back
+
+    resumed.run(updates=apex.updates + 40, seconds=240)
+    assert resumed.ended_by == "updates" and resumed.status == "finished"
+    assert resumed.updates == apex.updates + 40 and resumed.env_steps > apex.env_steps
+    headers, rows = load_metrics(apex.dir)
+    assert len(headers) == 2 and headers[1]["resumed_from"] == str(apex.dir)
+    assert (headers[1]["updates"], headers[1]["env_steps"]) == (apex.updates, apex.env_steps)
+    rows = [row for row in rows if "event" not in row]
+    assert len(rows) > rows_before
+    new_rows = rows[rows_before:]
+    # The learner waits while the actors refill the replay, then counts on from the saved updates.
+    assert all(row["charts/updates"] >= apex.updates for row in new_rows)
+    assert new_rows[-1]["charts/updates"] == resumed.updates
+    assert new_rows[-1]["charts/env_steps"] == resumed.env_steps > apex.env_steps
+    steps = [row["charts/env_steps"] for row in rows]
+    assert steps == sorted(steps)  # one run, counting on
+    assert load_checkpoint_file(resumed.dir)["updates"] == resumed.updates
 
 
 @pytest.mark.slow
@@ -265,11 +374,12 @@ def test_apex_dqn_with_four_actors_solves_cartpole():
     # 10 episodes, within 40,000 learner updates of batch 64. Seen: 26k updates (103k env steps).
     recipe = APEX_RECIPES["apex-dqn-cartpole"]
     result = recipe.run(seed=0)
-    last = result["rows"][-1]
+    last = metric_rows(result["run"])[-1]
     assert result["stopped"] == "target", last
-    assert last["learner_updates"] <= 40_000, last
-    assert len(last["per_actor"]) == 4 and all(a["transitions"] > 0 for a in last["per_actor"].values())
-    explorations = [last["per_actor"][i]["exploration"] for i in range(4)]
+    assert last["charts/updates"] <= 40_000, last
+    per_actor = last["apex/per_actor"]
+    assert len(per_actor) == 4 and all(a["transitions"] > 0 for a in per_actor.values())
+    explorations = [per_actor[i]["exploration"] for i in range(4)]
     assert explorations == pytest.approx(actor_epsilons(4))
 
 
@@ -281,19 +391,26 @@ def test_apex_dpg_solves_pendulum_within_20k_env_steps():
     # this machine's speed. Target: the last 20 episodes of all actors, noisy ones included.
     recipe = APEX_RECIPES["apex-dpg-pendulum"]
     result = recipe.run(seed=0)
-    last = result["rows"][-1]
+    last = metric_rows(result["run"])[-1]
     assert result["stopped"] == "target" and result["steps_to_target"] <= 20_500, last
-    scales = [last["per_actor"][i]["exploration"] for i in range(4)]
+    scales = [last["apex/per_actor"][i]["exploration"] for i in range(4)]
     assert scales == pytest.approx(actor_noise_scales(4))
 
 
 @pytest.mark.slow
-def test_apex_on_pong_feeds_frames_to_the_learner():
-    config = ApexConfig(env_id="ALE/Pong-v5", agent=DQNConfig(batch_size=32, replay_capacity=10_000),
-                        model_options=dict(dueling=True), num_actors=2, max_actors=2, learning_starts=300,
-                        replay_capacity=10_000, seed=0)
-    apex = Apex(config)
-    apex.train(max_updates=10, max_seconds=240, log_interval=1.0)
-    last = apex.metrics[-1]
-    assert last["learner_updates"] == 10 and set(last["per_actor"]) == {0, 1}
+def test_apex_on_pong_feeds_frames_to_the_learner(tmp_path):
+    config = ApexConfig(
+        env_id="ALE/Pong-v5",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        model_options=dict(dueling=True),
+        num_actors=2,
+        max_actors=2,
+        learning_starts=300,
+        replay_capacity=10_000,
+        seed=0,
+    )
+    apex = Apex(config, runs_dir=tmp_path, log_interval=1.0)
+    apex.run(updates=10, seconds=240)
+    last = metric_rows(apex)[-1]
+    assert last["charts/updates"] == 10 and set(last["apex/per_actor"]) == {0, 1}
     assert np.isfinite(last["losses/q"])

@@ -1,6 +1,7 @@
-"""An Ape-X run leaves nothing behind when its kernel dies (DESIGN.md, "Processes, and how they end"):
-the holder runs Ape-X in a background thread, as a notebook does, and is killed with SIGKILL;
-its actors and its replay process must end within 5 s."""
+"""An Ape-X run leaves nothing behind when its kernel dies (every child process dies with its
+parent: ``docs/architecture.md``, "Contracts every part keeps"): the holder runs Ape-X in a
+background thread, as a notebook does, and is killed with SIGKILL; its actors and its replay
+process must end within 5 s."""
 
 from __future__ import annotations
 
@@ -19,14 +20,22 @@ HOLDER = Path(__file__).parent / "scripts" / "hold_apex.py"
 
 @pytest.mark.slow
 def test_killing_the_kernel_ends_every_apex_process():
-    process = subprocess.Popen([sys.executable, str(HOLDER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=HOLDER.parents[2])
+    process = subprocess.Popen(
+        [sys.executable, str(HOLDER)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=HOLDER.parents[2],
+    )
     try:
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(process.stdout.readline()), daemon=True)
         reader.start()
         reader.join(180)
-        assert box and box[0], f"the holder printed nothing in 180 s: {process.stderr.read() if process.poll() is not None else ''}"
+        assert box and box[0], (
+            "the holder printed nothing in 180 s: "
+            f"{process.stderr.read() if process.poll() is not None else ''}"
+        )
         info = json.loads(box[0])
         descendants = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
         assert len(info["actors"]) == 2 and set(info["actors"]) <= set(descendants)

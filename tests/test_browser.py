@@ -1,9 +1,10 @@
-"""Notebook 03 in a real browser: JupyterLab on a loopback port, headless Chromium through playwright.
+"""Notebook 03 in a real browser: JupyterLab on a loopback port, headless Chromium by playwright.
 
 The module's fixture starts ``jupyter lab`` (this environment's) on a temporary copy of
 ``notebooks/``, with ``WORKBENCH_BUDGET=ci`` and the runs written to a temporary folder, opens
 ``03_a2c_ppo_large_batch.ipynb`` in Debian's chromium, and runs its cells from the top through the
-one marked ``# live panel``, which starts a run and shows its :class:`workbench.widgets.RunPanel`.
+one marked ``# live panel``, which starts a run and shows its
+:class:`workbench.lab.run_panel.RunPanel`.
 The cells after it are not run: an executing cell holds back the widgets' messages, and the next
 one waits for the run to end.
 
@@ -27,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+
 from browser import CHROMIUM, Browser, Lab, NotebookPage, code_cell_indices, describe, metrics_rows
 from processes import wait_gone
 
@@ -38,8 +40,10 @@ LIVE_PANEL = "# live panel"
 START_WITHIN = 240.0  # seconds: JupyterLab, chromium, the kernel and the first cells (2 busy cores)
 APPLY_WITHIN = 90.0  # seconds for the run to apply a change, or to stop, or for charts to draw
 SHUTDOWN_WITHIN = 90.0  # seconds for kernel, workers and server to end
-INSTALL_CHROMIUM = ("run bin/test, which installs Debian's chromium, or: "
-                    "sudo apt-get install --no-install-recommends chromium")
+INSTALL_CHROMIUM = (
+    "run bin/test, which installs Debian's chromium, or: "
+    "sudo apt-get install --no-install-recommends chromium"
+)
 
 
 @dataclass
@@ -51,9 +55,13 @@ class Session:
 
     def live_run_dir(self) -> Path:
         """The folder of the run the live-panel cell started (the newest under ``runs_dir``)."""
-        folders = self.page.wait_for(f"a run folder with metrics.jsonl under {self.runs_dir}",
-                                     lambda: sorted(self.runs_dir.glob("*/metrics.jsonl"),
-                                                    key=lambda path: path.stat().st_mtime), APPLY_WITHIN)
+        folders = self.page.wait_for(
+            f"a run folder with metrics.jsonl under {self.runs_dir}",
+            lambda: sorted(
+                self.runs_dir.glob("*/metrics.jsonl"), key=lambda path: path.stat().st_mtime
+            ),
+            APPLY_WITHIN,
+        )
         return folders[-1].parent
 
     def status_text(self) -> str:
@@ -62,12 +70,15 @@ class Session:
     def require_running(self, doing: str) -> None:
         status = self.status_text()
         if not status.startswith("running"):
-            self.page.fail(f"the run is no longer running before {doing} (ci budget too short for this "
-                           f"test?); the panel says: {status!r}")
+            self.page.fail(
+                f"the run is no longer running before {doing} (ci budget too short for this "
+                f"test?); the panel says: {status!r}"
+            )
 
 
 def workers(lab: Lab) -> list[psutil.Process]:
-    """The run's worker processes (multiprocessing children of the kernel; not its resource tracker)."""
+    """The run's worker processes (multiprocessing children of the kernel; not its resource
+    tracker)."""
     return [p for p in lab.note_processes() if "spawn_main" in " ".join(p.cmdline())]
 
 
@@ -77,7 +88,9 @@ def session(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(f"{CHROMIUM} is missing: {INSTALL_CHROMIUM}")
     home = tmp_path_factory.mktemp("browser")
     root = home / "notebooks"
-    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(
+        NOTEBOOKS, root, ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints", "__pycache__")
+    )
     runs_dir = home / "runs"
     runs_dir.mkdir()
     lab = Lab(root, home, env={"WORKBENCH_BUDGET": "ci", "WORKBENCH_RUNS_DIR": str(runs_dir)})
@@ -107,16 +120,22 @@ def test_actors_slider_changes_the_running_run(session: Session) -> None:
     settings event in its metrics.jsonl), resizes its sampler, and the charts go on drawing, with
     the change marked."""
     page = session.page
-    page.wait_for("the return chart's first point",
-                  lambda: (page.chart("workbench-chart-return")["points"] or 0) >= 1, APPLY_WITHIN)
+    page.wait_for(
+        "the return chart's first point",
+        lambda: (page.chart("workbench-chart-return")["points"] or 0) >= 1,
+        APPLY_WITHIN,
+    )
     session.require_running("the slider moved")
     readout = page.page.locator(".workbench-actors .widget-readout").first
     before = int(readout.inner_text())
     handle = page.page.locator(".workbench-actors .noUi-handle").first
     handle.focus()
     handle.press("ArrowRight")
-    page.wait_for(f"the actors readout to show {before + 1}",
-                  lambda: readout.inner_text().strip() == str(before + 1), 20)
+    page.wait_for(
+        f"the actors readout to show {before + 1}",
+        lambda: readout.inner_text().strip() == str(before + 1),
+        20,
+    )
 
     run_dir = session.live_run_dir()
 
@@ -129,56 +148,91 @@ def test_actors_slider_changes_the_running_run(session: Session) -> None:
                 return row
         return None
 
-    event = page.wait_for(f"a settings event with num_actors={before + 1} in {run_dir / 'metrics.jsonl'}",
-                          applied, APPLY_WITHIN)
+    event = page.wait_for(
+        f"a settings event with num_actors={before + 1} in {run_dir / 'metrics.jsonl'}",
+        applied,
+        APPLY_WITHIN,
+    )
     assert event["old"]["num_actors"] == before, event
     # The sampler was resized: the kernel now has one worker more.
-    page.wait_for(f"{before + 1} worker processes", lambda: len(workers(session.lab)) == before + 1, APPLY_WITHIN)
+    page.wait_for(
+        f"{before + 1} worker processes",
+        lambda: len(workers(session.lab)) == before + 1,
+        APPLY_WITHIN,
+    )
 
     at_event = page.chart("workbench-chart-return")["points"]
-    page.wait_for("the return chart to draw points after the change",
-                  lambda: page.chart("workbench-chart-return")["points"] > at_event, APPLY_WITHIN)
-    page.wait_for("the steps/s chart to draw past the change, with the change marked",
-                  lambda: (speed := page.chart("workbench-chart-speed"))["shapes"] >= 1
-                  and (speed["last_x"] or 0) > event["env_steps"], APPLY_WITHIN)
+    page.wait_for(
+        "the return chart to draw points after the change",
+        lambda: page.chart("workbench-chart-return")["points"] > at_event,
+        APPLY_WITHIN,
+    )
+    page.wait_for(
+        "the steps/s chart to draw past the change, with the change marked",
+        lambda: (
+            (speed := page.chart("workbench-chart-speed"))["shapes"] >= 1
+            and (speed["last_x"] or 0) > event["charts/env_steps"]
+        ),
+        APPLY_WITHIN,
+    )
 
 
 def test_stop_button_stops_the_run_and_keeps_its_checkpoint(session: Session) -> None:
     """Stop: the run ends at an iteration boundary, the panel says stopped, its workers end, and
     checkpoint.pt holds the last iteration recorded in metrics.jsonl."""
     page = session.page
-    page.wait_for("the run to draw (it is running)",
-                  lambda: (page.chart("workbench-chart-speed")["points"] or 0) >= 1, APPLY_WITHIN)
+    page.wait_for(
+        "the run to draw (it is running)",
+        lambda: (page.chart("workbench-chart-speed")["points"] or 0) >= 1,
+        APPLY_WITHIN,
+    )
     session.require_running("Stop was pressed")
     running_workers = workers(session.lab)
     assert running_workers, "the run has no worker processes to end"
     page.page.locator("button.workbench-stop").first.click(timeout=10_000)
-    page.wait_for("the panel to say stopped", lambda: session.status_text().startswith("stopped"), APPLY_WITHIN)
+    page.wait_for(
+        "the panel to say stopped",
+        lambda: session.status_text().startswith("stopped"),
+        APPLY_WITHIN,
+    )
 
     run_dir = session.live_run_dir()
-    checkpoint = page.wait_for(f"{run_dir / 'checkpoint.pt'}",
-                               lambda: (run_dir / "checkpoint.pt").is_file() and run_dir / "checkpoint.pt", 30)
+    checkpoint = page.wait_for(
+        f"{run_dir / 'checkpoint.pt'}",
+        lambda: (run_dir / "checkpoint.pt").is_file() and run_dir / "checkpoint.pt",
+        30,
+    )
     left = wait_gone([p.pid for p in running_workers], 30)
     if left:
         page.fail(f"the run's workers outlived Stop:\n{describe(left)}")
 
     rows = metrics_rows(session.runs_dir)[run_dir]
-    iterations = [row["charts/iteration"] for row in rows if "charts/iteration" in row]
+    iterations = [
+        row["charts/iteration"] for row in rows if "charts/iteration" in row and "event" not in row
+    ]
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    assert iterations and saved["iteration"] == iterations[-1], (saved["iteration"], iterations[-3:])
+    assert iterations and saved["iteration"] == iterations[-1], (
+        saved["iteration"],
+        iterations[-3:],
+    )
     time.sleep(2.0)  # stopped means stopped: no more rows
     assert len(metrics_rows(session.runs_dir)[run_dir]) == len(rows)
 
 
 def test_shutdown_leaves_no_process(session: Session) -> None:
     """Shutting the kernel and JupyterLab down ends every process of the session: the server, the
-    kernel, and the run's workers (this test also passes when run alone, with the run still going)."""
+    kernel, and the run's workers (this test also passes when run alone, with the run still
+    going)."""
     lab = session.lab
     lab.note_processes()
     seen = dict(lab.seen)  # pid -> command line of every process of the session noted so far
     assert any("ipykernel" in command for command in seen.values()), seen
     session.browser.close()
     left = lab.shutdown(timeout=SHUTDOWN_WITHIN)
-    assert left == [], f"processes of the session outlived its shutdown (log: {lab.log_path}):\n{describe(left)}"
+    assert left == [], (
+        f"processes of the session outlived its shutdown (log: {lab.log_path}):\n{describe(left)}"
+    )
     still = wait_gone(list(seen), 5)
-    assert still == [], f"noted processes still run: {[seen[pid] for pid in still]} (log: {lab.log_path})"
+    assert still == [], (
+        f"noted processes still run: {[seen[pid] for pid in still]} (log: {lab.log_path})"
+    )

@@ -1,7 +1,7 @@
-"""Specifications for ``workbench.algos.ddpg`` (n-step DDPG, the Ape-X DPG learner) and its networks
-``models.DeterministicPolicy`` / ``models.ContinuousQ``: exploration noise, TD targets and
+"""Specifications for ``workbench.learners.ddpg`` (n-step DDPG, the Ape-X DPG learner) and its
+networks ``models.DeterministicPolicy`` / ``models.ContinuousQ``: exploration noise, TD targets and
 priorities, the two gradient steps, target updates, the actor's parameters, and that the agent
-learns Pendulum-v1."""
+learns Pendulum-v1 in a ``ReplayAgent``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-
-from workbench.algos.ddpg import DDPG, DDPGConfig
+from workbench.learners import DDPG, DDPGConfig, ReplayAgent
 from workbench.models import ContinuousQ, DeterministicPolicy
 from workbench.rollout import Rollout
 
@@ -24,7 +23,7 @@ def make_agent(config: DDPGConfig | None = None, *, obs_dim: int = 3, seed: int 
     torch.manual_seed(seed)
     policy = DeterministicPolicy(obs_dim, LOW, HIGH, hidden=(32, 32))
     critic = ContinuousQ(obs_dim, len(LOW), hidden=(32, 32))
-    return DDPG(policy, critic, config or DDPGConfig(batch_size=16, replay_capacity=64), seed=seed)
+    return DDPG(policy, critic, config or DDPGConfig(batch_size=16, replay_capacity=64))
 
 
 def batch_of(size: int = 64, *, discount: float = 0.9, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -52,7 +51,11 @@ def literal_td(agent: DDPG, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     out = []
     with torch.no_grad():
         for i in range(batch["obs"].shape[0]):
-            s, a, s2 = batch["obs"][i : i + 1], batch["actions"][i : i + 1], batch["next_obs"][i : i + 1]
+            s, a, s2 = (
+                batch["obs"][i : i + 1],
+                batch["actions"][i : i + 1],
+                batch["next_obs"][i : i + 1],
+            )
             bootstrap = agent.target_critic(s2, agent.target_policy(s2))[0]
             target = batch["returns"][i] + batch["discounts"][i] * bootstrap
             out.append(abs(float(target) - float(agent.critic(s, a)[0])))
@@ -70,7 +73,9 @@ def test_the_policy_stays_inside_the_bounds_whatever_its_weights():
     assert actions.shape == (500, 2)
     low, high = torch.tensor(LOW), torch.tensor(HIGH)
     assert ((actions >= low) & (actions <= high)).all()
-    assert torch.allclose(actions.amin(0), low, atol=1e-3) and torch.allclose(actions.amax(0), high, atol=1e-3)
+    assert torch.allclose(actions.amin(0), low, atol=1e-3) and torch.allclose(
+        actions.amax(0), high, atol=1e-3
+    )
 
 
 def test_the_bounds_travel_with_the_state_dict():
@@ -106,7 +111,9 @@ def test_act_adds_noise_of_the_given_scale_per_row():
     half_range = (torch.tensor(HIGH) - torch.tensor(LOW)) / 2
     expected = scales[:, None] * half_range  # [actor, dim]
     assert torch.allclose(actions.std(0), expected, rtol=0.08)
-    assert torch.allclose(actions.mean(0), agent.policy(obs), atol=4 * expected.max().item() / rows**0.5)
+    assert torch.allclose(
+        actions.mean(0), agent.policy(obs), atol=4 * expected.max().item() / rows**0.5
+    )
 
 
 def test_act_clips_to_the_bounds_and_zero_noise_is_the_policy():
@@ -120,7 +127,7 @@ def test_act_clips_to_the_bounds_and_zero_noise_is_the_policy():
         agent.act(obs, torch.full((3,), 0.1))
 
 
-# --- priorities and the learning step ---------------------------------------------------------------
+# --- priorities and the learning step -------------------------------------------------------------
 
 
 def test_initial_priorities_are_the_literal_td_errors_and_change_nothing():
@@ -139,14 +146,16 @@ def test_initial_priorities_are_the_literal_td_errors_and_change_nothing():
     assert agent.num_updates == 0
 
 
-def test_learn_returns_the_td_errors_from_before_its_step():
+def test_update_keeps_the_td_errors_from_before_its_step():
     agent = make_agent()
     perturb(agent.target_critic, 1)
     batch = batch_of(32)
     expected = literal_td(agent, batch)
-    metrics, priorities = agent.learn(batch, torch.rand(32))
-    assert torch.allclose(priorities, expected, atol=1e-5)
-    assert not torch.allclose(agent.initial_priorities(batch), expected, atol=1e-5)  # the critic moved
+    metrics = agent.update({**batch, "weights": torch.rand(32)})
+    assert torch.allclose(agent.priorities, expected, atol=1e-5)
+    assert not torch.allclose(
+        agent.initial_priorities(batch), expected, atol=1e-5
+    )  # the critic moved
     assert {"losses/critic", "losses/actor", "charts/q_values"} <= set(metrics)
 
 
@@ -154,7 +163,7 @@ def test_with_zero_discounts_the_critic_regresses_to_the_returns():
     agent = make_agent(DDPGConfig(critic_learning_rate=3e-3, batch_size=64, replay_capacity=64))
     batch = batch_of(64, discount=0.0)
     for _ in range(500):
-        agent.learn(batch)
+        agent.update(batch)
     q_taken = agent.critic(batch["obs"], batch["actions"])
     assert (q_taken - batch["returns"]).abs().mean() < 0.1
 
@@ -162,7 +171,7 @@ def test_with_zero_discounts_the_critic_regresses_to_the_returns():
 def test_zero_importance_weights_leave_the_critic_unchanged():
     agent = make_agent()
     before = copy.deepcopy(agent.critic.state_dict())
-    agent.learn(batch_of(32), torch.zeros(32))
+    agent.update({**batch_of(32), "weights": torch.zeros(32)})
     for key, value in before.items():
         assert torch.equal(value, agent.critic.state_dict()[key]), key
 
@@ -172,7 +181,7 @@ def test_the_actor_step_climbs_the_critic():
     agent = make_agent(DDPGConfig(actor_learning_rate=1e-3, batch_size=64, replay_capacity=64))
     batch = batch_of(64)
     old_policy = copy.deepcopy(agent.policy)
-    agent.learn(batch)
+    agent.update(batch)
     with torch.no_grad():
         obs = batch["obs"]
         gain = agent.critic(obs, agent.policy(obs)) - agent.critic(obs, old_policy(obs))
@@ -183,17 +192,19 @@ def test_targets_move_by_tau_every_step():
     agent = make_agent(DDPGConfig(tau=0.1, batch_size=16, replay_capacity=64))
     perturb(agent.target_critic, 1)
     old_target = copy.deepcopy(agent.target_critic.state_dict())
-    agent.learn(batch_of(16))
+    agent.update(batch_of(16))
     for key, online in agent.critic.state_dict().items():
         expected = 0.9 * old_target[key] + 0.1 * online
         assert torch.allclose(agent.target_critic.state_dict()[key], expected, atol=1e-6), key
 
 
 def test_with_tau_one_the_targets_are_copied_at_the_interval():
-    agent = make_agent(DDPGConfig(tau=1.0, target_update_interval=3, batch_size=16, replay_capacity=64))
+    agent = make_agent(
+        DDPGConfig(tau=1.0, target_update_interval=3, batch_size=16, replay_capacity=64)
+    )
     initial = copy.deepcopy(agent.target_policy.state_dict())
     for step in range(1, 4):
-        agent.learn(batch_of(16, seed=step))
+        agent.update(batch_of(16, seed=step))
         target = agent.target_policy.state_dict()
         if step < 3:
             assert all(torch.equal(initial[k], target[k]) for k in initial)
@@ -204,10 +215,10 @@ def test_a_batch_without_the_transition_keys_names_them():
     batch = batch_of(8)
     del batch["next_obs"]
     with pytest.raises(ValueError, match="next_obs"):
-        make_agent().learn(batch)
+        make_agent().update(batch)
 
 
-# --- config, schedules and parameters --------------------------------------------------------------
+# --- config, schedules and parameters -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -228,7 +239,10 @@ def test_config_errors_name_the_fix(options, fix):
 
 
 def test_set_progress_anneals_beta_to_one():
-    agent = make_agent(DDPGConfig(prioritized=True, priority_beta_start=0.4, batch_size=16, replay_capacity=64))
+    config = DDPGConfig(
+        prioritized=True, priority_beta_start=0.4, batch_size=16, replay_capacity=64
+    )
+    agent = ReplayAgent(make_agent(config), seed=0)
     assert agent.replay.beta == pytest.approx(0.4)
     agent.set_progress(0.5)
     assert agent.replay.beta == pytest.approx(0.7)
@@ -239,7 +253,7 @@ def test_set_progress_anneals_beta_to_one():
 def test_an_actor_loaded_with_actor_state_computes_the_learners_priorities():
     learner, actor = make_agent(seed=0), make_agent(seed=1)
     for _ in range(3):
-        learner.learn(batch_of(16))
+        learner.update(batch_of(16))
     actor.load_actor_state(learner.actor_state())
     batch, obs = batch_of(32, seed=5), torch.randn(8, 3)
     assert torch.equal(actor.initial_priorities(batch), learner.initial_priorities(batch))
@@ -250,27 +264,36 @@ def test_an_actor_loaded_with_actor_state_computes_the_learners_priorities():
 def test_state_dict_round_trip_restores_networks_optimizers_and_counters():
     source, dest = make_agent(seed=0), make_agent(seed=1)
     for _ in range(2):
-        source.learn(batch_of(16))
+        source.update(batch_of(16))
     dest.load_state_dict(copy.deepcopy(source.state_dict()))  # as torch.save / torch.load would
     batch = batch_of(16, seed=3)
     assert dest.num_updates == 2
     assert torch.equal(dest.initial_priorities(batch), source.initial_priorities(batch))
-    _, p_source = source.learn(batch)
-    _, p_dest = dest.learn(batch)
-    assert torch.equal(p_source, p_dest)
+    source.update(batch)
+    dest.update(batch)
+    assert torch.equal(source.priorities, dest.priorities)
     assert torch.allclose(dest.initial_priorities(batch), source.initial_priorities(batch))
 
 
 def test_update_adds_nstep_transitions_and_takes_the_owed_steps():
-    agent = make_agent(DDPGConfig(n_step=3, batch_size=16, replay_ratio=8.0, learning_starts=32, replay_capacity=256))
+    config = DDPGConfig(
+        n_step=3, batch_size=16, replay_ratio=8.0, learning_starts=32, replay_capacity=256
+    )
+    agent = ReplayAgent(make_agent(config), seed=0)
     T, B = 8, 4
     generator = torch.Generator().manual_seed(0)
 
     def rollout() -> Rollout:
-        return Rollout(obs=torch.randn(T, B, 3, generator=generator), actions=torch.rand(T, B, 2, generator=generator),
-                       rewards=torch.randn(T, B, generator=generator), terminated=torch.zeros(T, B, dtype=torch.bool),
-                       truncated=torch.zeros(T, B, dtype=torch.bool), truncation_values=torch.zeros(T, B),
-                       policy_outputs={}, next_obs=torch.randn(B, 3, generator=generator))
+        return Rollout(
+            obs=torch.randn(T, B, 3, generator=generator),
+            actions=torch.rand(T, B, 2, generator=generator),
+            rewards=torch.randn(T, B, generator=generator),
+            terminated=torch.zeros(T, B, dtype=torch.bool),
+            truncated=torch.zeros(T, B, dtype=torch.bool),
+            truncation_values=torch.zeros(T, B),
+            policy_outputs={},
+            next_obs=torch.randn(B, 3, generator=generator),
+        )
 
     agent.update(rollout())  # 32 steps: (T - n + 1) * B = 24 complete windows; learning starts
     assert len(agent.replay) == 24 and agent.num_updates == 32 * 8 // 16
@@ -287,14 +310,15 @@ def test_ddpg_learns_pendulum(seed):
     """3-step DDPG on Pendulum-v1 (4 envs, a compact network, one update per two env steps): the
     mean return of the last 10 episodes reaches -200 within 20k env steps (about 6-7k for seeds
     0-2, 15-40 s on 2 busy cores)."""
-    from workbench.samplers import SerialSampler
+    from workbench.sampling import SerialSampler
 
     torch.manual_seed(seed)
     with SerialSampler("Pendulum-v1", num_envs=4, horizon=8, seed=seed) as sampler:
         obs_dim, space = sampler.observation_space.shape[0], sampler.action_space
         policy = DeterministicPolicy(obs_dim, space.low, space.high, hidden=(128, 128))
         critic = ContinuousQ(obs_dim, space.shape[0], hidden=(128, 128))
-        agent = DDPG(policy, critic, DDPGConfig(batch_size=128, replay_ratio=64.0), seed=seed)
+        config = DDPGConfig(batch_size=128, replay_ratio=64.0)
+        agent = ReplayAgent(DDPG(policy, critic, config), seed=seed)
         returns: list[float] = []
         while agent.env_steps < 20_000:
             rollout = sampler.collect(agent.model)

@@ -1,14 +1,18 @@
-"""Specifications for ``workbench.algos.dqn``: n-step transitions from rollouts, the DQN family's
-targets (double, categorical), and that the agent learns CartPole (one seed; three in
+"""Specifications for ``workbench.learners.DQN`` and its ``ReplayAgent``: n-step transitions from
+rollouts (``workbench.replay.NStepTransitions``), the DQN family's targets (double, categorical),
+the replay ratio a ``ReplayAgent`` holds, and that the agent learns CartPole (one seed; three in
 ``benchmarks/learning.py``)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-
-from workbench.algos.dqn import DQN, DQNConfig, NStepTransitions, linear_schedule
+from workbench.kernels import linear_schedule
+from workbench.learners import DQN, DQNConfig, ReplayAgent
 from workbench.models import QNetwork
+from workbench.replay import NStepTransitions, PrioritizedReplay, UniformReplay
 from workbench.rollout import Rollout
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -20,12 +24,21 @@ def synthetic_rollout(T: int, B: int, generator: torch.Generator, first_id: int)
     ids = torch.arange(first_id, first_id + (T + 1) * B, dtype=torch.float32).reshape(T + 1, B, 1)
     terminated = torch.rand(T, B, generator=generator) < 0.15
     truncated = (torch.rand(T, B, generator=generator) < 0.08) & ~terminated
-    return Rollout(obs=ids[:T], actions=torch.randint(2, (T, B), generator=generator),
-                   rewards=torch.randn(T, B, generator=generator), terminated=terminated, truncated=truncated,
-                   truncation_values=torch.zeros(T, B), policy_outputs={}, next_obs=ids[T])
+    return Rollout(
+        obs=ids[:T],
+        actions=torch.randint(2, (T, B), generator=generator),
+        rewards=torch.randn(T, B, generator=generator),
+        terminated=terminated,
+        truncated=truncated,
+        truncation_values=torch.zeros(T, B),
+        policy_outputs={},
+        next_obs=ids[T],
+    )
 
 
-def literal_transitions(rollouts: list[Rollout], n: int, gamma: float) -> dict[float, tuple[float, float, float]]:
+def literal_transitions(
+    rollouts: list[Rollout], n: int, gamma: float
+) -> dict[float, tuple[float, float, float]]:
     """Hessel et al. 2018, Eq. 2, one (env, t) at a time over the rollouts joined along T:
     start id -> (return, discount, id of the observation after the window). Windows that reach a
     truncation are left out (their bootstrap needs the final observation)."""
@@ -66,8 +79,12 @@ def test_nstep_transitions_match_the_literal_sums_across_rollouts(n):
         rollout = synthetic_rollout(7, 3, generator, first_id=1000 * i)
         rollouts.append(rollout)
         out = builder.add(rollout)
-        for start, ret, discount, next_id in zip(out["obs"][:, 0].tolist(), out["returns"].tolist(),
-                                                 out["discounts"].tolist(), out["next_obs"][:, 0].tolist()):
+        for start, ret, discount, next_id in zip(
+            out["obs"][:, 0].tolist(),
+            out["returns"].tolist(),
+            out["discounts"].tolist(),
+            out["next_obs"][:, 0].tolist(),
+        ):
             assert start not in got, f"transition from {start} emitted twice"
             got[start] = (ret, discount, next_id)
     expected = literal_transitions(rollouts, n, 0.9)
@@ -109,7 +126,7 @@ def test_with_zero_discounts_q_regresses_to_the_returns():
     agent = DQN(q_network, DQNConfig(learning_rate=3e-3, batch_size=64, replay_capacity=64))
     batch = batch_of(q_network)
     for _ in range(600):
-        agent.learn(batch)
+        agent.update(batch)
     q_taken = q_network(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
     assert (q_taken - batch["returns"]).abs().mean() < 0.15
 
@@ -121,9 +138,9 @@ def test_double_q_values_the_online_argmax_with_the_target_network():
     next_obs = torch.randn(32, 4)
     online_choice = agent.q_network(next_obs).argmax(-1)
     expected = agent.target(next_obs).gather(1, online_choice[:, None]).squeeze(1)
-    assert torch.allclose(agent._next_values(next_obs), expected)
+    assert torch.allclose(agent.next_values(next_obs), expected)
     agent.config.double = False
-    assert torch.allclose(agent._next_values(next_obs), agent.target(next_obs).max(-1).values)
+    assert torch.allclose(agent.next_values(next_obs), agent.target(next_obs).max(-1).values)
 
 
 def test_priorities_are_the_absolute_td_errors():
@@ -132,9 +149,9 @@ def test_priorities_are_the_absolute_td_errors():
     batch = batch_of(agent.q_network, discount=0.9)
     with torch.no_grad():
         q_taken = agent.q_network(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
-        target = batch["returns"] + 0.9 * agent._next_values(batch["next_obs"])
-    _, priorities = agent.learn(batch)
-    assert torch.allclose(priorities, (target - q_taken).abs(), atol=1e-6)
+        target = batch["returns"] + 0.9 * agent.next_values(batch["next_obs"])
+    agent.update(batch)
+    assert torch.allclose(agent.priorities, (target - q_taken).abs(), atol=1e-6)
 
 
 def test_categorical_learning_moves_the_mass_to_the_return():
@@ -144,7 +161,8 @@ def test_categorical_learning_moves_the_mass_to_the_return():
     batch = batch_of(q_network, size=32)
     batch["returns"] = torch.full((32,), 2.0)  # atom 7 of -5..5
     for _ in range(300):
-        _, priorities = agent.learn(batch)
+        agent.update(batch)
+    priorities = agent.priorities
     probs = q_network.distribution(batch["obs"])[torch.arange(32), batch["actions"]]
     assert probs[:, 7].mean() > 0.9 and (priorities >= 0).all()
 
@@ -152,18 +170,59 @@ def test_categorical_learning_moves_the_mass_to_the_return():
 def test_a_batch_without_the_transition_keys_names_them():
     agent = DQN(QNetwork((4,), 2))
     with pytest.raises(ValueError, match="next_obs"):
-        agent.learn({"obs": torch.zeros(2, 4), "actions": torch.zeros(2), "returns": torch.zeros(2),
-                     "discounts": torch.zeros(2)})
+        agent.update(
+            {
+                "obs": torch.zeros(2, 4),
+                "actions": torch.zeros(2),
+                "returns": torch.zeros(2),
+                "discounts": torch.zeros(2),
+            }
+        )
+
+
+# --- the agent in a sampler loop: ReplayAgent -----------------------------------------------------
+
+
+def plain_rollout(T: int, B: int, generator: torch.Generator, first_id: int) -> Rollout:
+    """``synthetic_rollout`` without episode ends: every step gives a transition."""
+    rollout = synthetic_rollout(T, B, generator, first_id)
+    rollout.terminated = torch.zeros(T, B, dtype=torch.bool)
+    rollout.truncated = torch.zeros(T, B, dtype=torch.bool)
+    return rollout
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_replay_agent_holds_the_replay_ratio_as_the_old_loop_did(prioritized):
+    """Gradient steps after S env steps past the warm-up are ``floor(S * replay_ratio /
+    batch_size)``, the fraction carried from rollout to rollout; the rollout that crosses
+    ``learning_starts`` counts whole (the rule of the DQN loop before ``ReplayAgent``)."""
+    torch.manual_seed(0)
+    config = DQNConfig(
+        n_step=1, batch_size=32, replay_ratio=8.0, learning_starts=40, prioritized=prioritized
+    )
+    agent = ReplayAgent(DQN(QNetwork((1,), 2), config), seed=0)
+    assert isinstance(agent.replay, PrioritizedReplay if prioritized else UniformReplay)
+    generator = torch.Generator().manual_seed(0)
+    steps = []
+    for i in range(8):  # 15 env steps each: rollouts 1-2 warm up (30 < 40), rollout 3 crosses
+        metrics = agent.update(plain_rollout(5, 3, generator, first_id=100 * i))
+        steps.append(agent.learner.num_updates)
+        assert metrics["charts/gradient_steps"] == agent.learner.num_updates
+    # S = 15 * (k - 2) after rollout k >= 3; 15 * 8 / 32 = 3.75 updates per rollout.
+    assert steps == [0, 0, 3, 7, 11, 15, 18, 22]
+    assert steps == [math.floor(max(0, 15 * (k - 2)) * 8.0 / 32) for k in range(1, 9)]
+    assert agent.env_steps == 120 and len(agent.replay) == 120
+    assert agent.limiter.sampled == 22 * 32 and agent.limiter.counted == 90
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dqn-cartpole", "c51-cartpole"])
 def test_recipe_reaches_its_target_within_its_budget(name):
     """Double + dueling + 3-step DQN: mean return >= 475 within 100k steps; with C51, within 120k
-    (workbench.recipes). One seed here; benchmarks/learning.py checks three."""
-    from workbench.recipes import RECIPES
+    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three."""
+    from workbench.runs.recipes import RECIPES
 
     recipe = RECIPES[name]
     result = recipe.run(seed=0)
-    assert result["steps_to_target"] is not None, result["history"][-5:]
+    assert result["steps_to_target"] is not None, result["curve"][-5:]
     assert result["steps_to_target"] <= recipe.total_steps

@@ -17,9 +17,8 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from processes import live_children, wait_gone
-
-from workbench.env_actors import (
+from workbench.models import ActorCritic
+from workbench.seed.env_actors import (
     EPISODE_DONE,
     FIRST,
     REJECTED,
@@ -32,8 +31,11 @@ from workbench.env_actors import (
     SharedSlots,
     request_flags,
 )
-from workbench.inference import InferenceServer, LocalActors, SampledPolicy, SerialActors
-from workbench.models import ActorCritic
+from workbench.seed.server import InferenceServer, SampledPolicy
+from workbench.seed.transports.local import LocalActors
+from workbench.seed.transports.serial import SerialActors
+
+from processes import live_children, wait_gone
 
 HOLDER = Path(__file__).parent / "scripts" / "hold_seed.py"
 
@@ -60,8 +62,12 @@ def test_one_forward_pass_answers_every_request_in_a_batch():
 
     server = InferenceServer(Recording(), max_batch_size=8)
     server.reset_slots(8)
-    actions = server.infer(np.arange(5), np.zeros((5, 3), np.float32), np.zeros(5, np.float32),
-                           np.full(5, FIRST, np.uint8))
+    actions = server.infer(
+        np.arange(5),
+        np.zeros((5, 3), np.float32),
+        np.zeros(5, np.float32),
+        np.full(5, FIRST, np.uint8),
+    )
     assert calls == [5] and actions.tolist() == [1] * 5
 
 
@@ -72,7 +78,10 @@ def test_recurrent_state_is_kept_per_slot_and_reset_when_an_episode_starts():
     none = np.zeros(2, np.uint8)
     assert server.infer(np.array([0, 1]), obs, reward, none).tolist() == [1, 1]
     assert server.infer(np.array([0, 2]), obs, reward, none).tolist() == [2, 1]
-    assert server.infer(np.array([1, 0]), obs, reward, np.array([0, FIRST], np.uint8)).tolist() == [2, 1]
+    assert server.infer(np.array([1, 0]), obs, reward, np.array([0, FIRST], np.uint8)).tolist() == [
+        2,
+        1,
+    ]
     server.restart(np.array([1]))
     assert server.infer(np.array([1]), obs[:1], reward[:1], none[:1]).tolist() == [1]
 
@@ -96,15 +105,22 @@ def test_latency_stats_report_percentiles_and_batch_sizes():
     server = InferenceServer(CountingPolicy(), max_batch_size=4)
     server.reset_slots(4)
     sent = time.perf_counter() - np.array([0.001, 0.002, 0.003, 0.004])
-    server.infer(np.arange(4), np.zeros((4, 1), np.float32), np.zeros(4, np.float32), np.zeros(4, np.uint8),
-                 sent_at=sent)
+    server.infer(
+        np.arange(4),
+        np.zeros((4, 1), np.float32),
+        np.zeros(4, np.float32),
+        np.zeros(4, np.uint8),
+        sent_at=sent,
+    )
     stats = server.stats()
     assert stats["requests"] == 4 and stats["batches"] == 1 and stats["max_batch_size_reached"] == 4
     assert 1.0 <= stats["queue_wait_p50_ms"] <= stats["queue_wait_p99_ms"] < 1000
     assert stats["latency_p99_ms"] >= stats["queue_wait_p99_ms"]
 
 
-@pytest.mark.parametrize("bad", [dict(max_batch_size=0), dict(max_batch_size=2.5), dict(timeout=-1.0)])
+@pytest.mark.parametrize(
+    "bad", [dict(max_batch_size=0), dict(max_batch_size=2.5), dict(timeout=-1.0)]
+)
 def test_bad_server_settings_name_the_fix(bad):
     kwargs = dict(max_batch_size=4, timeout=0.001) | bad
     with pytest.raises(ValueError, match="max_batch_size|timeout"):
@@ -112,9 +128,16 @@ def test_bad_server_settings_name_the_fix(bad):
 
 
 def test_request_flags_mark_the_next_episode_start():
-    flags = request_flags(np.array([True, False, False]), np.array([False, True, False]),
-                          np.array([True, True, False]))
-    assert flags.tolist() == [FIRST | TERMINATED | EPISODE_DONE, FIRST | TRUNCATED | EPISODE_DONE, 0]
+    flags = request_flags(
+        np.array([True, False, False]),
+        np.array([False, True, False]),
+        np.array([True, True, False]),
+    )
+    assert flags.tolist() == [
+        FIRST | TERMINATED | EPISODE_DONE,
+        FIRST | TRUNCATED | EPISODE_DONE,
+        0,
+    ]
 
 
 def test_serial_actors_step_every_env_through_the_server():
@@ -154,8 +177,11 @@ def test_the_server_answers_through_shared_memory_and_one_write_each_way():
 
     def act():
         try:
-            box["actions"] = client.step(np.array([[7.0, 0, 0], [np.nan, 0, 0]], np.float32), np.zeros(2),
-                                         np.full(2, FIRST, np.uint8))
+            box["actions"] = client.step(
+                np.array([[7.0, 0, 0], [np.nan, 0, 0]], np.float32),
+                np.zeros(2),
+                np.full(2, FIRST, np.uint8),
+            )
         except ValueError as error:
             box["error"] = str(error)
 
@@ -165,7 +191,9 @@ def test_the_server_answers_through_shared_memory_and_one_write_each_way():
     assert requests == [(0, 1), (1, 1)]
     a = slots.arrays()
     ids = np.array([s for s, _ in requests])
-    actions = server.infer(ids, a["obs"][ids], a["reward"][ids], a["flags"][ids], sent_at=a["sent_at"][ids])
+    actions = server.infer(
+        ids, a["obs"][ids], a["reward"][ids], a["flags"][ids], sent_at=a["sent_at"][ids]
+    )
     os.write(reply_write, b"".join(REPLY.pack(int(s), int(x)) for s, x in zip(ids, actions)))
     thread.join(5)
     assert "actions" not in box and "slot 1" in box["error"]  # slot 1's NaN was rejected
@@ -187,12 +215,17 @@ def test_an_actor_waiting_when_the_server_stops_gets_server_stopped():
 
 
 def test_env_only_actors_never_import_torch():
-    code = "import sys, workbench.env_actors; print('torch' in sys.modules)"
+    # What an actor process loads: its module through the package (whose names load lazily), and
+    # the transports' package.
+    code = (
+        "import sys, workbench.seed.env_actors, workbench.seed.transports; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-# --- actor processes -------------------------------------------------------------------------------
+# --- actor processes ------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -266,15 +299,21 @@ def test_an_unknown_env_id_fails_before_any_process_starts():
 
 
 @pytest.mark.slow
-def test_killing_the_kernel_ends_every_env_actor():
-    process = subprocess.Popen([sys.executable, str(HOLDER)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=HOLDER.parents[2])
+def test_killing_the_kernel_ends_every_env_actor(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, str(HOLDER), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=HOLDER.parents[2],
+    )
     try:
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(process.stdout.readline()), daemon=True)
         reader.start()
         reader.join(180)
-        assert box and box[0], f"the holder printed nothing: {process.stderr.read() if process.poll() is not None else ''}"
+        stderr = process.stderr.read() if process.poll() is not None else ""
+        assert box and box[0], f"the holder printed nothing: {stderr}"
         actors = json.loads(box[0])["actors"]
         descendants = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
         assert len(actors) == 2 and set(actors) <= set(descendants)

@@ -1,4 +1,4 @@
-"""Specifications for ``workbench.algos.pg``: A2C and PPO (STYLE.md item 9).
+"""Specifications for ``workbench.learners``' A2C and PPO, and the policy-gradient kernels.
 
 1. The losses against their papers' formulas, written out literally on small hand-made batches
    (PPO's clipped surrogate and its zero gradients outside the trust region; value clipping;
@@ -6,30 +6,30 @@
 2. The learners on synthetic ``[T, B]`` rollouts with terminations and truncations: an update runs,
    changes the parameters and reports its metrics; global-norm clipping bounds the gradient and
    reports the norm before clipping; a checkpoint (``state_dict``) restores identical updates.
-3. Learning: PPO and A2C on CartPole-v1 with the package's sampler and model, one pinned seed each.
+3. Learning: PPO and A2C on CartPole-v1 with the package's sampler and model, one pinned seed each
+   (a ``runs.Run`` made by the recipe, ``runs.recipes.run_recipe``).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import time
 
 import pytest
 import torch
-
-from workbench.algos import A2C, PPO, A2CConfig, PPOConfig
-from workbench.algos.pg import (
+from workbench.kernels import (
     clipped_policy_loss,
     explained_variance,
     normalize_advantages,
     scaled_learning_rate,
-    train,
     value_loss,
 )
+from workbench.learners import A2C, PPO, A2CConfig, PPOConfig
 from workbench.models import ActorCritic
 from workbench.rollout import Rollout
-from workbench.samplers import SerialSampler
-from workbench.recipes import RECIPES
+from workbench.runs.recipes import RECIPES, run_recipe
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -291,13 +291,12 @@ def test_state_dict_round_trip_restores_identical_updates(kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo-cartpole", "a2c-cartpole"])
 def test_recipe_reaches_its_target_within_its_budget(one_thread, name):
-    """PPO: mean return >= 475 within 100k steps; A2C: >= 400 within 200k (workbench.recipes).
-    One seed here; benchmarks/learning.py checks three."""
+    """PPO: mean return >= 475 within 100k steps; A2C: >= 400 within 200k
+    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three."""
     recipe = RECIPES[name]
     result = recipe.run(seed=0)
-    assert result["steps_to_target"] is not None, result["history"][-5:]
+    assert result["steps_to_target"] is not None, result["curve"][-5:]
     assert result["steps_to_target"] <= recipe.total_steps
-
 
 
 # --- 4. the learner's speed-ups: mixed precision and memory format ------------------------------
@@ -313,7 +312,7 @@ IMAGE_ACTIONS = 6
 
 
 def image_rollout(model: ActorCritic, seed: int = 0, T: int = 8, B: int = 4) -> Rollout:
-    """A ``[T, B]`` rollout of random uint8 frames, with the model's own actions, logp and values."""
+    """A ``[T, B]`` rollout of random uint8 frames, with the model's own actions, logp, values."""
     g = torch.Generator().manual_seed(seed)
     obs = torch.randint(0, 256, (T, B, *IMAGE_SHAPE), dtype=torch.uint8, generator=g)
     torch.manual_seed(seed)
@@ -369,10 +368,10 @@ def test_autocast_forward_runs_in_bfloat16_but_the_losses_see_float32():
     model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
     algo = PPO(model, PPOConfig(autocast="bfloat16"))
     rollout = image_rollout(model)
-    with algo._autocast():
+    with algo.config.autocast_context(algo.device):
         logits, _ = model(rollout.obs[0])
     assert logits.dtype == torch.bfloat16
-    out = algo._evaluate(rollout.obs[0], rollout.actions[0])
+    out = algo.evaluate(rollout.obs[0], rollout.actions[0])
     assert {key: value.dtype for key, value in out.items()} == dict.fromkeys(out, torch.float32)
 
 
@@ -393,13 +392,19 @@ def test_channels_last_gives_the_default_update(kind):
     # The converted model still loads and saves ordinary (contiguous) state dicts.
     restored = image_learner(kind, copy.deepcopy(model), channels_last=True)
     restored.load_state_dict(reference.state_dict())
-    assert all(torch.equal(p, q) for p, q in zip(reference.model.parameters(), restored.model.parameters()))
+    assert all(
+        torch.equal(p, q) for p, q in zip(reference.model.parameters(), restored.model.parameters())
+    )
 
 
 @pytest.mark.parametrize("kind", ["ppo", "a2c"])
 def test_float16_on_the_cpu_names_bfloat16(kind):
     model = make_model()
-    algo = PPO(model, PPOConfig(autocast="float16")) if kind == "ppo" else A2C(model, A2CConfig(autocast="float16"))
+    algo = (
+        PPO(model, PPOConfig(autocast="float16"))
+        if kind == "ppo"
+        else A2C(model, A2CConfig(autocast="float16"))
+    )
     with pytest.raises(ValueError, match="autocast='bfloat16'"):
         algo.update(synthetic_rollout(model))
 
@@ -419,36 +424,60 @@ def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale(
     rollout = image_rollout(model)
     before = [p.cuda() for p in parameters(model)]
     reference = PPO(copy.deepcopy(model), PPOConfig(num_epochs=2, num_minibatches=2), device="cuda")
-    mixed = PPO(copy.deepcopy(model), PPOConfig(num_epochs=2, num_minibatches=2, autocast="float16",
-                                                channels_last=True), device="cuda")
+    mixed = PPO(
+        copy.deepcopy(model),
+        PPOConfig(num_epochs=2, num_minibatches=2, autocast="float16", channels_last=True),
+        device="cuda",
+    )
     expected, got = reference.update(rollout), mixed.update(rollout)
     assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=2e-2)
     cosine = torch.nn.functional.cosine_similarity(
         step_of(before, mixed.model), step_of(before, reference.model), dim=0
     )
     assert cosine > 0.95
-    assert mixed.grad_scaler is not None and "grad_scaler" in mixed.state_dict()
+    assert mixed.gradient_step.scaler is not None and "grad_scaler" in mixed.state_dict()
 
 
-# --- 5. train's time limit and curve -------------------------------------------------------------
+# --- 5. a run's time limit and curve ------------------------------------------------------------
 
 
-def test_train_stops_at_max_seconds_and_records_its_curve():
+def test_run_stops_at_max_seconds_and_records_its_curve():
+    """The run ends at the first step boundary past ``max_seconds`` (here: the first, as the
+    callback outlasts the limit), with ``stopped == "time"`` and one curve point per update."""
+    max_seconds = 1.0
+    recipe = dataclasses.replace(
+        RECIPES["ppo-cartpole"], num_envs=2, horizon=8, config=PPOConfig(num_minibatches=2)
+    )
     points = []
-    sampler = SerialSampler("CartPole-v1", num_envs=2, horizon=8, seed=0)
-    with sampler:
-        result = train(PPO(make_model(), PPOConfig(num_minibatches=2)), sampler, 10**6,
-                       max_seconds=0.0, on_update=points.append)
-    assert result["stopped"] == "time" and result["env_steps"] == 16
+
+    def on_update(point):
+        points.append(point)
+        time.sleep(max_seconds)  # past the limit: no second update
+
+    result = run_recipe(recipe, seed=0, max_seconds=max_seconds, on_update=on_update)
+    assert result["stopped"] == "time" and result["run"].env_steps == 16
     assert result["curve"] == points and len(points) == 1
-    assert set(points[0]) == {"env_steps", "mean_return", "episodes", "seconds"}
+    assert set(points[0]) == {"env_steps", "mean_return", "episodes", "seconds", "updates"}
+    assert points[0]["env_steps"] == 16 and points[0]["updates"] == 1
 
 
 def test_pong_recipe_is_cleanrl_ppo_atari_with_the_speed_ups():
     recipe = RECIPES["ppo-pong"]
     c = recipe.config
     assert (recipe.env_id, recipe.num_envs, recipe.horizon) == ("ALE/Pong-v5", 8, 128)
-    assert (c.learning_rate, c.anneal_lr, c.clip_coef, c.entropy_coef, c.value_coef) == (2.5e-4, True, 0.1, 0.01, 0.5)
-    assert (c.num_epochs, c.num_minibatches, c.max_grad_norm, c.gamma, c.gae_lambda) == (4, 4, 0.5, 0.99, 0.95)
+    assert (c.learning_rate, c.anneal_lr, c.clip_coef, c.entropy_coef, c.value_coef) == (
+        2.5e-4,
+        True,
+        0.1,
+        0.01,
+        0.5,
+    )
+    assert (c.num_epochs, c.num_minibatches, c.max_grad_norm, c.gamma, c.gae_lambda) == (
+        4,
+        4,
+        0.5,
+        0.99,
+        0.95,
+    )
     assert c.autocast == "bfloat16"
     assert recipe.total_steps == 2_500_000 and recipe.target_return == 18.0

@@ -1,9 +1,10 @@
 """Specifications for R2D2 (Kapturowski et al. 2019): ``models.RecurrentQNetwork``,
-``algos.r2d2`` (targets, masking, priorities, burn-in, target copies) and a memory task it learns.
+``learners.r2d2`` (targets, masking, priorities, burn-in, target copies) and a memory task it
+learns.
 
-Tiers (STYLE.md item 9): literal float64 loops for the targets and priorities; small hand-made
-sequences for masking and burn-in; one tiny end-to-end run on a "repeat the cue" POMDP that a
-network without memory cannot solve.
+Tiers: literal float64 loops for the targets and priorities; small hand-made sequences for
+masking and burn-in; one tiny end-to-end run on a "repeat the cue" POMDP that a network without
+memory cannot solve.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from workbench.algos import R2D2, R2D2Config, sequence_priority
-from workbench.algos.r2d2 import SEQUENCE_KEYS, STATE_KEYS
+from workbench.kernels import sequence_priority
+from workbench.learners import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
 from workbench.models import RecurrentQNetwork
 from workbench.replay import SequenceReplay
 
@@ -29,18 +29,35 @@ def h(x: float, eps: float = 1e-3) -> float:
 
 def h_inv(y: float, eps: float = 1e-3) -> float:
     """Pohlen et al. 2018, Proposition A.2, literally."""
-    return math.copysign(((math.sqrt(1 + 4 * eps * (abs(y) + 1 + eps)) - 1) / (2 * eps)) ** 2 - 1, y)
+    return math.copysign(
+        ((math.sqrt(1 + 4 * eps * (abs(y) + 1 + eps)) - 1) / (2 * eps)) ** 2 - 1, y
+    )
 
 
 def small_config(**overrides) -> R2D2Config:
-    values = dict(gamma=0.9, n_step=3, burn_in=2, sequence_length=5, overlap=2, batch_size=4,
-                  replay_capacity=64, target_update_interval=1000)
+    values = dict(
+        gamma=0.9,
+        n_step=3,
+        burn_in=2,
+        sequence_length=5,
+        overlap=2,
+        batch_size=4,
+        replay_capacity=64,
+        target_update_interval=1000,
+    )
     values.update(overrides)
     return R2D2Config(**values)
 
 
-def random_batch(config: R2D2Config, B: int, obs_dim: int, lstm_size: int, *, seed: int = 0,
-                 ends: dict[tuple[int, int], str] | None = None) -> dict[str, np.ndarray]:
+def random_batch(
+    config: R2D2Config,
+    B: int,
+    obs_dim: int,
+    lstm_size: int,
+    *,
+    seed: int = 0,
+    ends: dict[tuple[int, int], str] | None = None,
+) -> dict[str, np.ndarray]:
     """A time-major batch of ``config.stored_length`` rows; ``ends[(t, b)]`` is ``"terminated"``
     or ``"truncated"``: the episode of env b ends after row t (and row t + 1 is ``first``)."""
     rng = np.random.default_rng(seed)
@@ -210,14 +227,17 @@ def test_forward_names_the_fix_for_unbatched_time_or_bad_state() -> None:
 # Config
 
 
-@pytest.mark.parametrize("overrides, fix", [
-    ({"burn_in": -1}, "burn_in"),
-    ({"sequence_length": 3, "n_step": 3, "overlap": 1}, "exceed n_step"),
-    ({"overlap": 5}, "lower overlap"),
-    ({"priority_eta": 1.5}, "priority_eta"),
-    ({"max_grad_norm": 0.0}, "None for no clipping"),
-    ({"replay_capacity": 2}, "at least one batch"),
-])
+@pytest.mark.parametrize(
+    "overrides, fix",
+    [
+        ({"burn_in": -1}, "burn_in"),
+        ({"sequence_length": 3, "n_step": 3, "overlap": 1}, "exceed n_step"),
+        ({"overlap": 5}, "lower overlap"),
+        ({"priority_eta": 1.5}, "priority_eta"),
+        ({"max_grad_norm": 0.0}, "None for no clipping"),
+        ({"replay_capacity": 2}, "at least one batch"),
+    ],
+)
 def test_config_rejects_inconsistent_settings_naming_the_fix(overrides, fix) -> None:
     with pytest.raises(ValueError, match=fix):
         small_config(**overrides)
@@ -241,8 +261,9 @@ def test_targets_match_a_literal_loop(rescaling: bool, double_q: bool) -> None:
     learner = make_learner(config)
     # env 0 terminates inside the trained rows, env 1 at the last trained row, env 2 runs on
     # (its last windows are cut at row L-1), env 3 terminates in the burn-in.
-    batch = random_batch(config, 4, 3, 8, ends={(4, 0): "terminated", (6, 1): "terminated",
-                                                (0, 3): "terminated"})
+    batch = random_batch(
+        config, 4, 3, 8, ends={(4, 0): "terminated", (6, 1): "terminated", (0, 3): "terminated"}
+    )
     expected, usable = reference_targets(learner, batch)
     out = learner.td_errors(batch)
     assert out["target"].shape == (config.sequence_length, 4)
@@ -256,8 +277,9 @@ def test_rows_whose_window_reaches_a_truncation_are_masked() -> None:
     # trained rows are 2..6; env 0 truncated after row 4, env 1 after row 4 too but also
     # terminated (terminal wins: usable), env 2 truncated in the burn-in (row 1: no trained
     # window reaches it), env 3 truncated after row 6 (the last trained row).
-    batch = random_batch(config, 4, 3, 8, ends={(4, 0): "truncated", (1, 2): "truncated",
-                                                (6, 3): "truncated"})
+    batch = random_batch(
+        config, 4, 3, 8, ends={(4, 0): "truncated", (1, 2): "truncated", (6, 3): "truncated"}
+    )
     batch["terminated"][4, 1] = batch["truncated"][4, 1] = True
     batch["first"][5, 1] = True
     out = learner.td_errors(batch)
@@ -288,21 +310,23 @@ def test_sequence_priority_mixes_max_and_mean_of_usable_rows() -> None:
     p = sequence_priority(td, usable, eta=0.9)
     expected = [0.9 * 3.0 + 0.1 * (1 + 3 + 0.5) / 3, 0.9 * 4.0 + 0.1 * (2 + 4) / 2, 0.0]
     np.testing.assert_allclose(p.numpy(), expected)
-    np.testing.assert_allclose(sequence_priority(td, None, eta=0.0).numpy(),
-                               td.abs().mean(0).numpy())
+    np.testing.assert_allclose(
+        sequence_priority(td, None, eta=0.0).numpy(), td.abs().mean(0).numpy()
+    )
 
 
-def test_learn_returns_the_priorities_of_its_td_errors() -> None:
+def test_update_keeps_the_priorities_of_its_td_errors() -> None:
     config = small_config()
     learner = make_learner(config)
     batch = random_batch(config, 4, 3, 8, ends={(3, 2): "terminated", (5, 1): "truncated"})
     out = learner.td_errors(batch)
     expected = sequence_priority(out["td"], out["usable"], config.priority_eta).double().numpy()
     np.testing.assert_allclose(learner.sequence_priorities(batch), expected, rtol=1e-6)
-    metrics, priorities = learner.learn(batch, np.full(4, 0.5, dtype=np.float32))
+    metrics = learner.update({**batch, "weights": np.full(4, 0.5, dtype=np.float32)})
+    priorities = learner.priorities
     assert isinstance(priorities, np.ndarray) and priorities.shape == (4,)
     np.testing.assert_allclose(priorities, expected, rtol=1e-6)  # computed before the step
-    assert learner.updates == 1 and all(math.isfinite(v) for v in metrics.values())
+    assert learner.num_updates == 1 and all(math.isfinite(v) for v in metrics.values())
     assert {"losses/q", "losses/grad_norm", "charts/q_values"} <= set(metrics)
 
 
@@ -311,7 +335,7 @@ def test_sequence_priorities_train_nothing() -> None:
     learner = make_learner(config)
     before = [p.clone() for p in learner.model.parameters()]
     learner.sequence_priorities(random_batch(config, 4, 3, 8))
-    assert learner.updates == 0
+    assert learner.num_updates == 0
     assert all(torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
 
 
@@ -335,14 +359,16 @@ def test_the_target_network_is_copied_every_target_update_interval() -> None:
     batch = random_batch(config, 4, 3, 8)
 
     def same() -> bool:
-        return all(torch.equal(a, b) for a, b in
-                   zip(learner.model.parameters(), learner.target_model.parameters()))
+        return all(
+            torch.equal(a, b)
+            for a, b in zip(learner.model.parameters(), learner.target_model.parameters())
+        )
 
     for _ in range(2):
-        learner.learn(batch)
+        learner.update(batch)
         assert not same()
-    learner.learn(batch)
-    assert same() and learner.updates == 3
+    learner.update(batch)
+    assert same() and learner.num_updates == 3
     assert not any(p.requires_grad for p in learner.target_model.parameters())
 
 
@@ -350,14 +376,14 @@ def test_state_dict_round_trip() -> None:
     config = small_config()
     learner = make_learner(config)
     batch = random_batch(config, 4, 3, 8)
-    learner.learn(batch)
+    learner.update(batch)
     other = make_learner(config, seed=1)
     other.load_state_dict(learner.state_dict())
-    assert other.updates == 1
+    assert other.num_updates == 1
     torch.testing.assert_close(other.td_errors(batch)["td"], learner.td_errors(batch)["td"])
 
 
-def test_make_replay_follows_the_config_and_feeds_learn() -> None:
+def test_make_replay_follows_the_config_and_feeds_update() -> None:
     config = small_config()
     learner = make_learner(config)
     replay = learner.make_replay()
@@ -367,26 +393,26 @@ def test_make_replay_follows_the_config_and_feeds_learn() -> None:
     batch_major = {k: (v if k in STATE_KEYS else np.swapaxes(v, 0, 1)) for k, v in batch.items()}
     replay.add(batch_major, learner.sequence_priorities(batch))
     sample, indices, weights = replay.sample(4)
-    _, priorities = learner.learn(sample, weights)
-    replay.update_priorities(indices, priorities)
+    learner.update({**sample, "weights": weights})
+    replay.update_priorities(indices, learner.priorities)
 
 
-def test_learn_names_the_expected_batch_layout() -> None:
+def test_update_names_the_expected_batch_layout() -> None:
     config = small_config()
     learner = make_learner(config)
     batch = random_batch(config, 4, 3, 8)
     with pytest.raises(ValueError, match="lacks \\['state_c'\\]"):
-        learner.learn({k: v for k, v in batch.items() if k != "state_c"})
+        learner.update({k: v for k, v in batch.items() if k != "state_c"})
     with pytest.raises(ValueError, match="stored_length"):
-        learner.learn({**batch, "obs": batch["obs"][:-1]})
+        learner.update({**batch, "obs": batch["obs"][:-1]})
     with pytest.raises(ValueError, match="transpose"):
-        learner.learn({**batch, "obs": np.swapaxes(batch["obs"], 0, 1)})
+        learner.update({**batch, "obs": np.swapaxes(batch["obs"], 0, 1)})
     wrong = {**batch, "terminated": batch["terminated"].copy(), "first": batch["first"].copy()}
     wrong["terminated"][3, 0] = wrong["first"][3, 0] = True  # first on the end row: off by one
     with pytest.raises(ValueError, match="off-by-one"):
-        learner.learn(wrong)
+        learner.update(wrong)
     with pytest.raises(ValueError, match="one per sequence"):
-        learner.learn(batch, np.ones(3))
+        learner.update({**batch, "weights": np.ones(3)})
     assert set(SEQUENCE_KEYS) | set(STATE_KEYS) == set(batch)
 
 
@@ -447,9 +473,18 @@ def answers(model: RecurrentQNetwork, cues: list[float]) -> list[int]:
 def test_r2d2_learns_to_repeat_a_cue_only_with_memory(network, one_thread) -> None:
     # rows 0-1 burn-in, 2-9 trained, 10 bootstrap: the first episode's answer (row 3) needs the
     # cue seen in the burn-in, carried by the state.
-    config = small_config(gamma=0.9, n_step=2, burn_in=2, sequence_length=8, overlap=4,
-                          batch_size=32, replay_capacity=512, learning_rate=3e-3, adam_eps=1e-6,
-                          target_update_interval=25)
+    config = small_config(
+        gamma=0.9,
+        n_step=2,
+        burn_in=2,
+        sequence_length=8,
+        overlap=4,
+        batch_size=32,
+        replay_capacity=512,
+        learning_rate=3e-3,
+        adam_eps=1e-6,
+        target_update_interval=25,
+    )
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     learner = R2D2(network((2,), 2, hidden=(16,), lstm_size=16), config, seed=0)
@@ -457,8 +492,8 @@ def test_r2d2_learns_to_repeat_a_cue_only_with_memory(network, one_thread) -> No
     replay.add(cue_sequences(512, config, rng))
     for _ in range(300):
         batch, indices, weights = replay.sample(config.batch_size)
-        _, priorities = learner.learn(batch, weights)
-        replay.update_priorities(indices, priorities)
+        learner.update({**batch, "weights": weights})
+        replay.update_priorities(indices, learner.priorities)
     chosen = answers(learner.model, [1.0, -1.0] * 8)
     accuracy = np.mean([a == (c > 0) for a, c in zip(chosen, [1.0, -1.0] * 8)])
     if network is Amnesic:

@@ -1,9 +1,9 @@
-"""Specifications for ``workbench.replay``, in three tiers (STYLE.md item 9).
+"""Specifications for ``workbench.replay``, in three tiers.
 
 1. Literal references: ``SumTree.find`` against ``np.searchsorted`` on a cumsum; sampling
    frequencies against P(i) (Schaul et al. 2016, Eq. 1); IS weights against the formula computed
    term by term; ``FrameStorage`` against the stacks and n-step windows of a synthetic Atari stream,
-   written as slow per-item loops, and against ``algos.nstep_targets``.
+   written as slow per-item loops, and against ``kernels.nstep_targets``.
 2. Small cases: last write wins, the max-priority default, ring overwrite, pending priorities,
    bytes per Atari transition.
 3. Errors that name the fix.
@@ -17,8 +17,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-
-from workbench.algos import nstep_targets
+from workbench.kernels import nstep_targets
 from workbench.replay import (
     ArrayStorage,
     FrameStorage,
@@ -49,7 +48,9 @@ def filled_tree(p: np.ndarray) -> SumTree:
     return tree
 
 
-def sample_frequencies(replay, key: str, num_items: int, batches: int, batch_size: int) -> np.ndarray:
+def sample_frequencies(
+    replay, key: str, num_items: int, batches: int, batch_size: int
+) -> np.ndarray:
     counts = np.zeros(num_items)
     for _ in range(batches):
         batch, _, _ = replay.sample(batch_size)
@@ -265,7 +266,9 @@ def test_frame_storage_targets_agree_with_nstep_targets():
     obs_after = np.concatenate([steps["obs"][1:], steps["obs"][-1:]])  # the state after step t
     bootstrap = torch.tensor(q(obs_after.reshape(T * B, *obs_after.shape[2:])).reshape(T, B))
     discounts = torch.tensor(GAMMA * (~steps["terminated"]), dtype=torch.float64)
-    want = nstep_targets(torch.tensor(steps["rewards"], dtype=torch.float64), discounts, bootstrap, N_STEP)
+    want = nstep_targets(
+        torch.tensor(steps["rewards"], dtype=torch.float64), discounts, bootstrap, N_STEP
+    )
     slots = np.arange(T * B)
     ok = storage.sampleable(slots)
     got = storage.get(slots[ok])
@@ -322,7 +325,9 @@ def test_new_transitions_get_the_largest_priority_seen():
 
 def test_ring_overwrites_the_oldest():
     replay = PrioritizedReplay(4, alpha=1.0, eps=0.0, seed=6)
-    np.testing.assert_array_equal(replay.add(item_batch([0, 1, 2]), priorities=[1000.0, 1, 1]), [0, 1, 2])
+    np.testing.assert_array_equal(
+        replay.add(item_batch([0, 1, 2]), priorities=[1000.0, 1, 1]), [0, 1, 2]
+    )
     np.testing.assert_array_equal(replay.add(item_batch([3, 4]), priorities=[1.0, 1.0]), [3, 0])
     assert len(replay) == 4
     got = sample_frequencies(replay, "id", 5, batches=10, batch_size=400)
@@ -346,7 +351,9 @@ def test_update_priorities_changes_sampling_and_keeps_the_last_of_repeated_indic
 
 def test_add_accepts_cpu_torch_tensors():
     replay = PrioritizedReplay(8, seed=8)
-    replay.add({"obs": torch.zeros(3, 4), "actions": torch.tensor([1, 2, 3])}, priorities=torch.ones(3))
+    replay.add(
+        {"obs": torch.zeros(3, 4), "actions": torch.tensor([1, 2, 3])}, priorities=torch.ones(3)
+    )
     batch, _, _ = replay.sample(5)
     assert batch["obs"].shape == (5, 4) and batch["obs"].dtype == np.float32
     assert set(batch["actions"]) <= {1, 2, 3}
@@ -411,8 +418,15 @@ def test_atari_bytes_per_transition():
     replay = PrioritizedReplay(capacity, storage=storage)
     obs = np.zeros((2, B, 4, 84, 84), dtype=np.uint8)
     flags = np.zeros((2, B), dtype=bool)
-    replay.add({"obs": obs, "actions": np.zeros((2, B), dtype=np.int64),
-                "rewards": np.zeros((2, B), dtype=np.float32), "terminated": flags, "truncated": flags})
+    replay.add(
+        {
+            "obs": obs,
+            "actions": np.zeros((2, B), dtype=np.int64),
+            "rewards": np.zeros((2, B), dtype=np.float32),
+            "terminated": flags,
+            "truncated": flags,
+        }
+    )
     assert storage.nbytes / capacity <= 84 * 84 + 16  # one frame, an action, a reward, three flags
     assert replay.nbytes / capacity <= 7_500  # with the trees and the priorities
     stacks = 2 * obs[0, 0].nbytes  # obs and next_obs stored whole
@@ -420,7 +434,7 @@ def test_atari_bytes_per_transition():
 
 
 def test_the_replay_module_does_not_import_torch():
-    # A replay server process (Ape-X) stays small: NOTES.md, ~320 MB for a process with torch.
+    # A replay server process (Ape-X) stays small: importing torch alone costs a process ~320 MB.
     code = "import sys, workbench.replay; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -466,12 +480,16 @@ def test_batch_key_and_shape_mismatches():
     with pytest.raises(ValueError, match="do not fit in capacity 8; add them in blocks"):
         replay.add({"obs": np.zeros((9, 4)), "actions": np.zeros(9)})
     frames = FrameStorage(16, num_envs=2)
-    with pytest.raises(ValueError, match=r"keys \['obs', 'actions', 'rewards', 'terminated', 'truncated'\]"):
+    with pytest.raises(
+        ValueError, match=r"keys \['obs', 'actions', 'rewards', 'terminated', 'truncated'\]"
+    ):
         PrioritizedReplay(16, storage=frames).add({"obs": np.zeros((2, 2, 4, 3, 3), np.uint8)})
     with pytest.raises(ValueError, match=r"obs must be \[T, B=2, frame_stack, H, W\]"):
         frames.check({k: np.zeros((2, 3, 4, 3, 3)) for k in FrameStorage.KEYS})
     with pytest.raises(ValueError, match=r"env_ids must be distinct integers in \[0, 2\)"):
-        frames.check({**{k: np.zeros((2, 2, 4, 3, 3)) for k in FrameStorage.KEYS}, "env_ids": [1, 1]})
+        frames.check(
+            {**{k: np.zeros((2, 2, 4, 3, 3)) for k in FrameStorage.KEYS}, "env_ids": [1, 1]}
+        )
 
 
 def test_bad_priorities_and_indices_are_refused():

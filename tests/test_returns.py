@@ -1,4 +1,5 @@
-"""Specifications for ``workbench.algos.returns``, in three tiers (STYLE.md item 9).
+"""Specifications for ``workbench.kernels`` (returns, V-trace, C51 projection, value rescaling),
+in three tiers.
 
 1. Literal float64 references, written as slow Python loops straight from the papers' equations
    (sum forms where the paper gives them, not the recursions the package uses), compared on random
@@ -13,8 +14,7 @@ import math
 
 import pytest
 import torch
-
-from workbench.algos import (
+from workbench.kernels import (
     GAEReturns,
     VTraceReturns,
     categorical_projection,
@@ -92,12 +92,12 @@ def reference_gae(
     out = [[0.0] * B for _ in range(T)]
     for b in range(B):
 
-        def v_next(t):
+        def v_next(t, b=b):
             if next_values is not None:
                 return float(next_values[t][b])
             return float(values[t + 1][b]) if t + 1 < T else float(bootstrap_value[b])
 
-        def cont(t):
+        def cont(t, b=b):
             if continuation is not None:
                 return float(continuation[t][b])
             return 1.0 if discounts[t][b] > 0 else 0.0
@@ -108,9 +108,9 @@ def reference_gae(
         ]
         for t in range(T):
             total, weight = 0.0, 1.0
-            for l in range(T - t):
-                total += weight * deltas[t + l]
-                weight *= lam * float(discounts[t + l][b]) * cont(t + l)
+            for k in range(T - t):  # the paper's l
+                total += weight * deltas[t + k]
+                weight *= lam * float(discounts[t + k][b]) * cont(t + k)
             out[t][b] = total
     return torch.tensor(out, dtype=torch.float64)
 
@@ -191,7 +191,9 @@ def reference_vtrace(
 
 
 def reference_nstep(rewards, discounts, bootstrap_values, n, continuation=None):
-    """DESIGN.md's formula, with m also cut after the first step where the episode ended."""
+    """The n-step target: the m = min(n, T - t) next rewards, each discounted by the product of the
+    discounts before it, plus the product of all m discounts times the bootstrap value (Rainbow,
+    Eq. 2, with per-step discounts); m also cut after the first step where the episode ended."""
     T, B = rewards.shape
     out = torch.zeros(T, B, dtype=torch.float64)
     for b in range(B):
@@ -220,13 +222,13 @@ def reference_projection(next_probs, rewards, discounts, support):
         for j in range(N):
             tz = min(v_max, max(v_min, float(rewards[i]) + float(discounts[i]) * float(support[j])))
             b = (tz - v_min) / dz
-            l, u = math.floor(b), math.ceil(b)
+            lo, hi = math.floor(b), math.ceil(b)  # Algorithm 1's l and u
             p = float(next_probs[i, j])
-            if l == u:
-                out[i, l] += p
+            if lo == hi:
+                out[i, lo] += p
             else:
-                out[i, l] += p * (u - b)
-                out[i, u] += p * (b - l)
+                out[i, lo] += p * (hi - b)
+                out[i, hi] += p * (b - lo)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Specifications for workbench.samplers: the four ways to collect a time-major [T, B] rollout.
+"""Specifications for workbench.sampling: the four ways to collect a time-major [T, B] rollout.
 
 Workers start with the 'spawn' method (~1-2 s per sampler on the 2-core CI machine), so samplers
 that tests only read from are made once per module (``cartpole_runs``, ``pong_runs``,
@@ -17,11 +17,11 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from processes import wait_gone
 from torch import nn
 
 from workbench.models import ActorCritic
-from workbench.samplers import make_sampler
-from processes import wait_gone
+from workbench.sampling import make_sampler
 
 CARTPOLE = "CartPole-v1"
 PONG = "ALE/Pong-v5"
@@ -71,7 +71,8 @@ class SlowPolicy(DeterministicActorCritic):
 
 
 class ConstantPolicy(nn.Module):
-    """Always ``action``; with ``with_value``, a value ``10 * sum(obs) + 1`` that tests recompute."""
+    """Always ``action``; with ``with_value``, a value ``10 * sum(obs) + 1`` that tests
+    recompute."""
 
     def __init__(self, action: int = 1, with_value: bool = True) -> None:
         super().__init__()
@@ -112,10 +113,9 @@ def cartpole_policy() -> DeterministicActorCritic:
     return DeterministicActorCritic((4,), 2)
 
 
-
-
 def run_bounded(fn, timeout: float = HANG_LIMIT):
-    """``fn()`` in a thread: (its result or None, its exception or None); fails the test on a hang."""
+    """``fn()`` in a thread: (its result or None, its exception or None); fails the test on a
+    hang."""
     box: dict = {}
 
     def target() -> None:
@@ -147,7 +147,7 @@ def fake_transitions(rollout) -> list[tuple[int, int]]:
     """(t, b) of the steps that CartPole's dynamics do not explain: obs[t], actions[t] -> obs[t+1].
 
     CartPole is deterministic given its state (= the observation), so every stored step that did
-    not end an episode can be replayed from its observation (DESIGN.md: every step is real).
+    not end an episode can be replayed from its observation (a sampler never invents a step).
     """
     following = torch.cat([rollout.obs[1:], rollout.next_obs[None]])
     done = rollout.terminated | rollout.truncated
@@ -192,7 +192,9 @@ def cartpole_runs(closed_samplers) -> dict[str, list]:
             pids = getattr(sampler, "worker_pids", [])
             alive_before = wait_gone(pids, 0.0) == pids
             _, error = run_bounded(sampler.close)
-            closed_samplers[kind] = dict(sampler=sampler, pids=pids, alive_before=alive_before, error=error)
+            closed_samplers[kind] = dict(
+                sampler=sampler, pids=pids, alive_before=alive_before, error=error
+            )
     return runs
 
 
@@ -203,12 +205,15 @@ def closed_samplers() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def pong_runs() -> dict[str, list]:
-    """Each sampler, Pong, B=2, T=6, seed 3, 2 collects with one deterministic policy (1 or 2 workers)."""
+    """Each sampler, Pong, B=2, T=6, seed 3, 2 collects with one deterministic policy (1 or 2
+    workers)."""
     runs = {}
     for kind in KINDS:
         with make(kind, PONG, num_envs=2, horizon=6, seed=3) as sampler:
             torch.manual_seed(0)
-            policy = DeterministicActorCritic(sampler.observation_space.shape, int(sampler.action_space.n))
+            policy = DeterministicActorCritic(
+                sampler.observation_space.shape, int(sampler.action_space.n)
+            )
             runs[kind] = [sampler.collect(policy) for _ in range(2)]
     return runs
 
@@ -263,14 +268,20 @@ def test_every_stored_step_is_a_real_transition(cartpole_runs, kind: str) -> Non
 
 def test_different_seeds_give_different_rollouts() -> None:
     policy = cartpole_policy()
-    with make("serial", num_envs=2, horizon=8, seed=0) as a, make("serial", num_envs=2, horizon=8, seed=1) as b:
+    with (
+        make("serial", num_envs=2, horizon=8, seed=0) as a,
+        make("serial", num_envs=2, horizon=8, seed=1) as b,
+    ):
         ra, rb = a.collect(policy), b.collect(policy)
     assert not torch.equal(ra.obs, rb.obs)
 
 
 def test_env_i_is_seeded_seed_plus_i() -> None:
     policy, seed = cartpole_policy(), 11
-    with make("serial", num_envs=4, horizon=12, seed=seed) as four, make("serial", num_envs=1, horizon=12, seed=seed + 2) as one:
+    with (
+        make("serial", num_envs=4, horizon=12, seed=seed) as four,
+        make("serial", num_envs=1, horizon=12, seed=seed + 2) as one,
+    ):
         for _ in range(2):
             r4, r1 = four.collect(policy), one.collect(policy)
             for name in ROLLOUT_FIELDS:
@@ -308,7 +319,7 @@ def test_episode_stats_match_the_dones(cartpole_runs, kind: str) -> None:
 def mountain_car_final_obs(seed: int, steps: int, action: int = 1) -> np.ndarray:
     env = gym.make(MOUNTAIN_CAR)
     env.reset(seed=seed)
-    for step in range(steps):
+    for _ in range(steps):
         obs, _, terminated, truncated, _ = env.step(action)
         assert not terminated
     assert truncated, "MountainCar's time limit should end the episode here"
@@ -325,7 +336,12 @@ def test_truncation_bootstraps_from_the_value_of_the_final_obs(kind: str) -> Non
     assert not r.terminated.any()
     assert r.truncated[last].all() and r.truncated.sum() == B
     expected = torch.stack(
-        [constant_policy_value(torch.as_tensor(mountain_car_final_obs(seed + i, MOUNTAIN_CAR_LIMIT))[None])[0] for i in range(B)]
+        [
+            constant_policy_value(
+                torch.as_tensor(mountain_car_final_obs(seed + i, MOUNTAIN_CAR_LIMIT))[None]
+            )[0]
+            for i in range(B)
+        ]
     )
     torch.testing.assert_close(r.truncation_values[last], expected)
     assert (r.truncation_values[:last] == 0).all()
@@ -453,25 +469,86 @@ def test_policy_without_action_raises_type_error(kind: str) -> None:
 # --- workers that die, collects that are interrupted, close -------------------------------------
 
 
+def kill_worker(sampler, index: int) -> int:
+    """SIGKILL worker ``index`` of ``sampler`` and wait until it is gone; returns its pid."""
+    pid = sampler.worker_pids[index]
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone([pid], 5.0) == []
+    return pid
+
+
+def assert_full_rollout(r, horizon: int, num_envs: int) -> None:
+    assert r.obs.shape == (horizon, num_envs, 4) and r.actions.shape == (horizon, num_envs)
+    assert r.rewards.shape == (horizon, num_envs) and r.next_obs.shape == (num_envs, 4)
+    assert r.policy_outputs["value"].shape == (horizon, num_envs)
+    assert not torch.isnan(r.rewards).any(), "every step must be written (no NaN sentinel left)"
+    assert fake_transitions(r) == []
+
+
 @pytest.mark.parametrize("kind", WORKER_KINDS)
-def test_killed_worker_makes_the_next_collect_raise(kind: str) -> None:
+def test_a_killed_worker_is_restarted_and_the_next_collect_is_full(kind: str) -> None:
+    """A worker killed between collects is restarted, as an Ape-X or SEED actor is: the next
+    collect is whole, one ``worker_restart`` event names the worker and its old pid, and the other
+    worker is untouched."""
     policy = cartpole_policy()
-    sampler = make(kind, num_envs=4, horizon=4)
+    sampler = make(kind, num_envs=4, horizon=CARTPOLE_T, num_workers=2)
     try:
         sampler.collect(policy)
+        assert sampler.take_events() == []
+        survivor = sampler.worker_pids[0]
+        old_pid = kill_worker(sampler, 1)
+        rollout, error = run_bounded(lambda: sampler.collect(policy))
+        assert error is None, repr(error)
+        assert_full_rollout(rollout, CARTPOLE_T, 4)
+        (event,) = sampler.take_events()
+        new_pid = sampler.worker_pids[1]
+        assert event["event"] == "worker_restart" and event["worker"] == 1
+        assert event["old_pid"] == old_pid and event["pid"] == new_pid != old_pid
+        assert event["exit_code"] == -signal.SIGKILL
+        assert sampler.worker_pids == [survivor, new_pid]
+        assert wait_gone([new_pid], 0.0) == [new_pid], "the restarted worker runs"
+        assert wait_gone([old_pid], 0.0) == [], "the old worker is gone"
+        assert sampler.take_events() == [], "events are handed over once"
+        rollout, error = run_bounded(lambda: sampler.collect(policy))
+        assert error is None, repr(error)
+        assert_full_rollout(rollout, CARTPOLE_T, 4)
+    finally:
         pids = sampler.worker_pids
-        os.kill(pids[-1], signal.SIGKILL)
-        assert wait_gone([pids[-1]], 5.0) == []
+        run_bounded(sampler.close)
+    assert wait_gone(pids, 5.0) == []
+
+
+@pytest.mark.parametrize("kind", WORKER_KINDS)
+def test_a_worker_that_keeps_dying_makes_collect_raise(kind: str) -> None:
+    """Killed 4 times within a minute: the first 3 deaths are restarts, the 4th fails the collect
+    with a RuntimeError that says the worker died and is not restarted again."""
+    policy = cartpole_policy()
+    sampler = make(kind, num_envs=4, horizon=4)
+    pids = []
+    try:
+        sampler.collect(policy)
+        pids += sampler.worker_pids
+        for restart in range(3):
+            pids.append(kill_worker(sampler, -1))
+            _, error = run_bounded(lambda: sampler.collect(policy))
+            assert error is None, f"restart {restart + 1}: {error!r}"
+            assert [e["event"] for e in sampler.take_events()] == ["worker_restart"]
+            pids += sampler.worker_pids
+        pids.append(kill_worker(sampler, -1))
         _, error = run_bounded(lambda: sampler.collect(policy))
         assert isinstance(error, RuntimeError), repr(error)
-        assert "died" in str(error)
+        assert "died" in str(error) and "4 times within a minute" in str(error), str(error)
+        assert "not restarted again" in str(error)
     finally:
+        pids += sampler.worker_pids
         _, error = run_bounded(sampler.close)
     assert error is None
     assert wait_gone(pids, 5.0) == []
 
 
-def test_worker_killed_during_a_collect_raises_promptly() -> None:
+def test_worker_killed_during_a_collect_is_restarted_promptly() -> None:
+    """A worker killed mid-collect is noticed at once (its restart starts then, not when the
+    collect would have ended), and the collect is taken again, whole."""
     torch.manual_seed(0)
     policy = SlowPolicy((4,), 2)
     sampler = make("parallel", num_envs=2, horizon=60)
@@ -480,10 +557,15 @@ def test_worker_killed_during_a_collect_raises_promptly() -> None:
         policy.delay.fill_(0.05)  # from now on a collect takes 60 * 0.05 = 3 s
         pids = sampler.worker_pids
         threading.Timer(0.3, os.kill, (pids[0], signal.SIGKILL)).start()
-        start = time.monotonic()
-        _, error = run_bounded(lambda: sampler.collect(policy))
-        assert isinstance(error, RuntimeError) and "died" in str(error), repr(error)
-        assert time.monotonic() - start < 2.0, "the death should be noticed at once, not at the end"
+        start = time.time()
+        rollout, error = run_bounded(lambda: sampler.collect(policy))
+        assert error is None, repr(error)
+        assert_full_rollout(rollout, 60, 2)
+        (event,) = sampler.take_events()
+        assert event["event"] == "worker_restart" and event["old_pid"] == pids[0]
+        restarted_after = psutil.Process(event["pid"]).create_time() - start
+        assert restarted_after < 2.0, "the death should be noticed at once, not at the end"
+        pids += sampler.worker_pids
     finally:
         run_bounded(sampler.close)
     assert wait_gone(pids, 5.0) == []
@@ -508,7 +590,9 @@ def test_sampler_made_in_a_thread_keeps_its_workers_after_the_thread_ends() -> N
     sampler = box[0]
     try:
         time.sleep(0.5)
-        assert wait_gone(sampler.worker_pids, 0.0) == sampler.worker_pids, "workers died with the thread"
+        assert wait_gone(sampler.worker_pids, 0.0) == sampler.worker_pids, (
+            "workers died with the thread"
+        )
         _, error = run_bounded(lambda: sampler.collect(cartpole_policy()))
         assert error is None, repr(error)
     finally:
@@ -524,14 +608,16 @@ def _interrupt_main_thread_during(collect, after: float):
         # Only inside the sampler's code: a signal that came late must not abort the session.
         inside = False
         while frame is not None and not inside:
-            inside = frame.f_code.co_filename.endswith(os.path.join("workbench", "samplers.py"))
+            inside = os.path.join("workbench", "sampling", "") in frame.f_code.co_filename
             frame = frame.f_back
         if armed.is_set() and inside:
             armed.clear()
             raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
-    timer = threading.Timer(after, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    timer = threading.Timer(
+        after, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)
+    )
     try:
         timer.start()
         with pytest.raises(KeyboardInterrupt):
@@ -562,13 +648,17 @@ def interrupted_runs() -> dict[str, list]:
             first = sampler.collect(policy)
             if kind == "parallel":
                 policy.delay.fill_(0.05)  # synced to the workers: this collect takes ~0.8 s
-                _interrupt_main_thread_during(lambda: sampler.collect(policy), after=0.2)
+                _interrupt_main_thread_during(
+                    lambda sampler=sampler, policy=policy: sampler.collect(policy), after=0.2
+                )
                 policy.delay.fill_(0.0)
             else:
                 policy.countdown = 5
                 with pytest.raises(KeyboardInterrupt):
                     sampler.collect(policy)
-            after = run_bounded(lambda: [sampler.collect(policy) for _ in range(2)])
+            after = run_bounded(
+                lambda sampler=sampler, policy=policy: [sampler.collect(policy) for _ in range(2)]
+            )
             runs[kind] = [first, *after[0]] if after[1] is None else after[1]
     return runs
 
@@ -585,12 +675,13 @@ def test_interrupted_collect_leaves_a_usable_sampler(interrupted_runs, kind: str
 
 
 @pytest.mark.parametrize("kind", WORKER_KINDS)
-def test_collect_after_an_interrupt_stores_only_real_transitions(interrupted_runs, kind: str) -> None:
+def test_collect_after_an_interrupt_stores_only_real_transitions(
+    interrupted_runs, kind: str
+) -> None:
     """The first observation after an interrupt is where the envs really are, not a stale one."""
     runs = interrupted_runs[kind]
     assert not isinstance(runs, BaseException), f"collect after the interrupt failed: {runs!r}"
     assert fake_transitions(runs[1]) == []
-
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -612,7 +703,9 @@ def test_ctrl_c_takes_effect_at_a_step_boundary_and_restores_the_handler(kind: s
     with make(kind, num_envs=4, horizon=CARTPOLE_T, seed=0) as sampler:
         sampler.collect(policy)
         policy.delay.fill_(0.02)
-        timer = threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        timer = threading.Timer(
+            0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)
+        )
         timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):

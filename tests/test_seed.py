@@ -9,12 +9,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from workbench.algos.impala import IMPALA, IMPALAConfig
-from workbench.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
-from workbench.inference import StepBatch
+from workbench.learners import IMPALA, IMPALAConfig
 from workbench.models import ActorCritic
-from workbench.seed import SEED_RECIPES, EpisodeLog, Seed, SeedConfig, TrajectoryAssembler, stack_windows
+from workbench.runs.records import load_metrics
+from workbench.seed import (
+    SEED_RECIPES,
+    EpisodeLog,
+    Seed,
+    SeedConfig,
+    TrajectoryAssembler,
+    stack_windows,
+)
+from workbench.seed.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
+from workbench.seed.server import StepBatch
+
+from processes import wait_gone
 
 
 def step(slots, obs, reward=0.0, flags=0, actions=None, final_obs=None, episode_return=0.0):
@@ -22,12 +31,22 @@ def step(slots, obs, reward=0.0, flags=0, actions=None, final_obs=None, episode_
     n = len(slots)
     obs = np.asarray(obs, np.float32).reshape(n, 1)
     return StepBatch(
-        slots=slots, obs=obs, reward=np.full(n, reward, np.float32), flags=np.full(n, flags, np.uint8),
+        slots=slots,
+        obs=obs,
+        reward=np.full(n, reward, np.float32),
+        flags=np.full(n, flags, np.uint8),
         final_obs=obs if final_obs is None else np.asarray(final_obs, np.float32).reshape(n, 1),
-        episode_return=np.full(n, episode_return), episode_length=np.zeros(n, np.int64),
+        episode_return=np.full(n, episode_return),
+        episode_length=np.zeros(n, np.int64),
         actions=np.asarray(actions if actions is not None else np.zeros(n), np.int64),
-        extras={"logp": np.full(n, -0.5, np.float32)}, state=None,
+        extras={"logp": np.full(n, -0.5, np.float32)},
+        state=None,
     )
+
+
+def metric_rows(run) -> list[dict]:
+    """The run's metric rows (its event rows left out)."""
+    return [row for row in run.metrics if "event" not in row]
 
 
 def test_a_window_pairs_each_step_with_the_reward_that_followed_it():
@@ -56,7 +75,9 @@ def test_episode_ends_are_marked_on_the_row_they_end_and_truncations_keep_the_fi
     assembler = TrajectoryAssembler(num_slots=1, length=4, period=3)
     assembler.on_step(step([0], [0.0], flags=FIRST))
     assembler.on_step(step([0], [1.0], reward=1.0, flags=FIRST | TERMINATED | EPISODE_DONE))
-    assembler.on_step(step([0], [2.0], reward=1.0, flags=FIRST | TRUNCATED | EPISODE_DONE, final_obs=[99.0]))
+    assembler.on_step(
+        step([0], [2.0], reward=1.0, flags=FIRST | TRUNCATED | EPISODE_DONE, final_obs=[99.0])
+    )
     assembler.on_step(step([0], [3.0], reward=1.0))
     [window] = assembler.take(1, timeout=0)
     assert window["terminated"][:3].tolist() == [True, False, False]
@@ -110,23 +131,26 @@ def test_the_impala_learner_bootstraps_a_truncated_step_from_its_final_observati
     torch.manual_seed(0)
     batch = _unroll_batch(truncated_at=1)
     model = ActorCritic((4,), 2)
-    metrics = IMPALA(model, IMPALAConfig()).learn(batch)
-    assert np.isfinite(metrics["loss"])
+    metrics = IMPALA(model, IMPALAConfig()).update(batch)
+    assert np.isfinite(metrics["losses/total"])
     moved = dict(batch, final_obs=batch["final_obs"] + 5.0)  # only row 1 of env 0 is read
     torch.manual_seed(0)
-    again = IMPALA(ActorCritic((4,), 2), IMPALAConfig()).learn(moved)
-    assert again["baseline_loss"] != metrics["baseline_loss"]
-    untouched = dict(batch, final_obs=batch["final_obs"] + np.where(batch["truncated"][..., None], 0.0, 5.0))
+    again = IMPALA(ActorCritic((4,), 2), IMPALAConfig()).update(moved)
+    assert again["losses/value"] != metrics["losses/value"]
+    untouched = dict(
+        batch,
+        final_obs=batch["final_obs"] + np.where(batch["truncated"][..., None], 0.0, 5.0),
+    )
     torch.manual_seed(0)
-    same = IMPALA(ActorCritic((4,), 2), IMPALAConfig()).learn(untouched.copy())
-    assert same["baseline_loss"] == pytest.approx(metrics["baseline_loss"])
+    same = IMPALA(ActorCritic((4,), 2), IMPALAConfig()).update(untouched.copy())
+    assert same["losses/value"] == pytest.approx(metrics["losses/value"])
 
 
 def test_the_impala_learner_refuses_a_batch_without_behaviour_log_probabilities():
     batch = _unroll_batch()
     del batch["logp"]
     with pytest.raises(ValueError, match="logp"):
-        IMPALA(ActorCritic((4,), 2)).learn(batch)
+        IMPALA(ActorCritic((4,), 2)).update(batch)
 
 
 def test_on_policy_unrolls_have_importance_weights_of_one():
@@ -135,71 +159,121 @@ def test_on_policy_unrolls_have_importance_weights_of_one():
     batch = _unroll_batch()
     with torch.no_grad():
         logits, _ = model(torch.as_tensor(batch["obs"]))
-        batch["logp"] = torch.log_softmax(logits, -1).gather(-1, torch.as_tensor(batch["actions"])[..., None])[..., 0].numpy()
-    metrics = IMPALA(model).learn(batch)
-    assert metrics["mean_rho"] == pytest.approx(1.0, abs=1e-5)
+        actions = torch.as_tensor(batch["actions"])[..., None]
+        batch["logp"] = torch.log_softmax(logits, -1).gather(-1, actions)[..., 0].numpy()
+    metrics = IMPALA(model).update(batch)
+    assert metrics["charts/mean_rho"] == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(algorithm="a3c"), "algorithm"), (dict(transport="grpc"), "transport"),
-    (dict(num_actors=0), "num_actors"), (dict(num_actors=4, max_actors=2), "max_actors"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(algorithm="a3c"), "algorithm"),
+        (dict(transport="grpc"), "transport"),
+        (dict(num_actors=0), "num_actors"),
+        (dict(num_actors=4, max_actors=2), "max_actors"),
+    ],
+)
 def test_bad_seed_configs_name_the_fix(bad, match):
     with pytest.raises(ValueError, match=match):
         SeedConfig(**bad)
 
 
-def test_a_serial_seed_run_is_deterministic():
+def test_a_serial_seed_run_is_deterministic(tmp_path):
     config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport="serial")
-    first = Seed(config).train(max_env_steps=2000, log_interval=60.0)[-1]
-    second = Seed(config).train(max_env_steps=2000, log_interval=60.0)[-1]
-    assert first["loss"] == second["loss"] and first["updates"] == second["updates"] > 0
+    first = metric_rows(Seed(config, runs_dir=tmp_path, log_interval=60.0).run(env_steps=2000))
+    second = metric_rows(Seed(config, runs_dir=tmp_path, log_interval=60.0).run(env_steps=2000))
+    first, second = first[-1], second[-1]
+    assert first["losses/total"] == second["losses/total"]
+    assert first["charts/updates"] == second["charts/updates"] > 0
 
 
-def test_actors_are_added_while_a_seed_run_goes():
+def test_a_stopped_seed_run_resumed_from_its_checkpoint_carries_on(tmp_path):
+    """V-trace on CartPole (serial): the checkpoint holds the counters and the weights, and the
+    resumed run goes on from them, appending to the same metrics file."""
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport="serial")
+    seed = Seed(config, runs_dir=tmp_path, log_interval=0.5)
+    seed.run(env_steps=1000)
+    assert seed.ended_by == "env_steps" and seed.updates > 0
+    headers, rows = load_metrics(seed.metrics_path)
+    assert len(headers) == 1 and rows
+
+    resumed = Seed.from_checkpoint(seed.dir)
+    assert resumed.name == seed.name and resumed.metrics_path == seed.metrics_path
+    assert resumed.updates == seed.updates == resumed.learner.num_updates
+    assert resumed.env_steps == seed.env_steps >= 1000
+    weights, saved = resumed.model.state_dict(), seed.model.state_dict()
+    assert weights.keys() == saved.keys()
+    assert all(torch.equal(weights[k], saved[k]) for k in saved)
+    assert resumed.metrics == rows  # the rows so far, read back
+
+    resumed.run(env_steps=2000)
+    assert resumed.env_steps >= 2000 and resumed.updates > seed.updates
+    assert resumed.updates == resumed.learner.num_updates
+    headers_after, rows_after = load_metrics(seed.metrics_path)
+    assert len(headers_after) == 2 and headers_after[1]["resumed_from"] == str(seed.dir)
+    assert headers_after[1]["env_steps"] == seed.env_steps
+    assert rows_after[: len(rows)] == rows and len(rows_after) > len(rows)
+    new = [row for row in rows_after[len(rows) :] if "event" not in row]
+    assert new and all(row["charts/env_steps"] > seed.env_steps for row in new)
+    assert new[-1]["charts/updates"] == resumed.updates
+    assert new[0]["charts/iteration"] == rows[-1]["charts/iteration"] + 1
+
+
+def test_actors_are_added_while_a_seed_run_goes(tmp_path):
     config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2)
-    run = Seed(config).start(max_seconds=120, log_interval=0.2)
+    run = Seed(config, runs_dir=tmp_path, log_interval=0.2).start(seconds=120)
+    pids: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        while not run.metrics or run.metrics[-1]["env_steps"] < 500:
+        while not metric_rows(run) or metric_rows(run)[-1]["charts/env_steps"] < 500:
             assert time.monotonic() < deadline and run.error is None
             time.sleep(0.1)
         run.set_num_actors(2)
         while len(run.actor_pids()) < 2:
             assert time.monotonic() < deadline and run.error is None
             time.sleep(0.1)
+        pids = run.actor_pids()
     finally:
         run.stop()
-    assert [e["new"] for e in run.events if e["event"] == "actors"] == [2]
+    assert [e["new"] for e in run.events if e["event"] == "settings"] == [{"num_actors": 2}]
     assert run.status == "stopped" and run.actor_pids() == []
+    assert wait_gone(pids) == [], "an env actor outlived the run"
 
 
 @pytest.mark.slow
 def test_vtrace_learns_cartpole_through_the_central_server():
-    """The issue's claim: 4 env-only actors, the IMPALA learner, mean return >= 475 within 300k steps."""
+    """The issue's claim: 4 env-only actors, the IMPALA learner, mean return >= 475 within 300k
+    steps."""
     recipe = SEED_RECIPES["seed-vtrace-cartpole"]
     result = recipe.run(seed=0)
-    assert result["steps_to_target"] is not None, f"stopped by {result['stopped']} at {result['final_return']}"
+    assert result["steps_to_target"] is not None, (
+        f"stopped by {result['stopped']} at {result['final_return']}"
+    )
     assert result["steps_to_target"] <= 300_000
-    assert result["rows"][-1]["mean_batch_size"] > 1.5  # the server did batch the actors' requests
+    last = metric_rows(result["run"])[-1]
+    assert last["seed/mean_batch_size"] > 1.5  # the server did batch the actors' requests
 
 
-def test_the_seed_panel_steers_actors_and_the_servers_batch_live():
+def test_the_seed_panel_steers_actors_and_the_servers_batch_live(tmp_path):
+    from workbench.lab.system_panels import SeedPanel
+
     from processes import live_children
 
-    from workbench.widgets import SeedPanel
-
     before = live_children()
-    run = Seed(replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2))
-    panel = SeedPanel(run, limits={"max_seconds": 120})
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2)
+    run = Seed(config, runs_dir=tmp_path)
+    panel = SeedPanel(run, limits={"seconds": 120})
     assert panel.actors.max == 2 and panel.batch.value == 2 and panel.batch.max == 2
     panel.start()
     try:
         deadline = time.monotonic() + 90
-        while not run.metrics or run.metrics[-1]["updates"] == 0:
+        while not metric_rows(run) or metric_rows(run)[-1]["charts/updates"] == 0:
             assert time.monotonic() < deadline and run.error is None
             time.sleep(0.1)
-        panel.batch.value = 1  # what a drag of the slider does: the server reads it before each batch
+        panel.batch.value = (
+            1  # what a drag of the slider does: the server reads it before each batch
+        )
         assert run.server.max_batch_size == 1
         panel.actors.value = 2
         while len(run.actor_pids()) < 2:
@@ -212,7 +286,27 @@ def test_the_seed_panel_steers_actors_and_the_servers_batch_live():
     panel._watcher.join(10)
     panel.refresh()
     assert run.status == "stopped" and "stopped" in panel.status.value
-    assert sorted((e["event"], e["old"], e["new"]) for e in panel.events) == [("actors", 1, 2), ("batch", 2, 1)]
+    changes = sorted((e["event"], e["old"], e["new"]) for e in panel.events)
+    assert changes == [("batch", 2, 1), ("settings", {"num_actors": 1}, {"num_actors": 2})]
     assert len(panel.server_figure.layout.shapes) == 2  # both changes, as dashed lines
     time.sleep(0.5)
     assert live_children() - before == set(), "an env actor outlived the run"
+
+
+def test_the_seed_panels_actors_slider_reaches_the_runs_actor_limit(tmp_path):
+    """By default a run may grow to ``config.actor_limit`` actors (16), more than it starts with;
+    the slider reaches it, and moving it past the start count asks the run for more actors."""
+    from workbench.lab.system_panels import SeedPanel
+
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=2)
+    run = Seed(config, runs_dir=tmp_path)
+    assert config.max_actors is None and config.actor_limit == 16
+    panel = SeedPanel(run, limits={"seconds": 120})
+    assert panel.actors.max == config.actor_limit > panel.actors.value == 2
+    assert not panel.actors.disabled
+    panel.actors.value = 5
+    assert run.settings.current.num_actors == 5  # applied by the loop at its next step
+    assert "asked for 5 actors" in panel.message.value
+    panel.actors.value = config.actor_limit
+    assert run.settings.current.num_actors == config.actor_limit
+    assert run.status == "created" and run.actor_pids() == []

@@ -1,11 +1,11 @@
 """SEED RL with an R2D2 learner (Espeholt et al. 2020; Kapturowski et al. 2019): the wiring between
 the inference server, the sequence assembly and the replay, and the claim that memory matters.
 
-Tiers (STYLE.md item 9): sequences checked against a literal record of what the server saw; per-slot
+Tiers: sequences checked against a literal record of what the server saw; per-slot
 epsilons against ``apex.actor_epsilons`` and their behaviour; two end-to-end runs on CartPole with
 the velocities hidden, R2D2 through SEED (reaches 300) and a feed-forward DQN with the same budget
 (stays far below it). The two runs take most of this file's time: about 45 s and 100 s on 2 CPU
-cores; the rest, about 10 s.
+cores; the rest, about 10 s. A run stopped and resumed from its checkpoint carries on.
 """
 
 from __future__ import annotations
@@ -16,21 +16,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from workbench.algos.r2d2 import R2D2Config
-from workbench.apex import actor_epsilons
-from workbench.env_actors import FIRST
+from workbench.apex.config import actor_epsilons
+from workbench.lab.seed_studies import memory_matters
+from workbench.learners import R2D2Config
+from workbench.runs.records import load_metrics
 from workbench.seed import SEED_RECIPES, Seed
-from workbench.seed_studies import memory_matters
+from workbench.seed.env_actors import FIRST
 
 RECIPE = SEED_RECIPES["seed-r2d2-cartpole-novelocity"]
 
 
-def small_run(**changes) -> Seed:
+def small_run(runs_dir, **changes) -> Seed:
     """The recipe's system with short sequences (L = 2 + 5 + 1, a new one every 3 steps)."""
-    learner = R2D2Config(burn_in=2, sequence_length=5, overlap=2, n_step=2, batch_size=8, replay_capacity=1000)
+    learner = R2D2Config(
+        burn_in=2, sequence_length=5, overlap=2, n_step=2, batch_size=8, replay_capacity=1000
+    )
     config = replace(RECIPE.config, transport="serial", learner=learner, min_replay_sequences=16)
-    return Seed(replace(config, **changes))
+    return Seed(replace(config, **changes), runs_dir=runs_dir)
 
 
 class Recorder:
@@ -44,17 +46,19 @@ class Recorder:
         h, c = batch.state
         for i, slot in enumerate(batch.slots.tolist()):
             first = bool(batch.flags[i] & FIRST)
-            self.rows.setdefault(slot, []).append((batch.obs[i].copy(), first, h[i].copy(), c[i].copy()))
+            self.rows.setdefault(slot, []).append(
+                (batch.obs[i].copy(), first, h[i].copy(), c[i].copy())
+            )
 
     def on_restart(self, slots) -> None:
         pass
 
 
-def test_replayed_sequences_hold_the_servers_state_at_their_first_row() -> None:
-    run = small_run()
+def test_replayed_sequences_hold_the_servers_state_at_their_first_row(tmp_path) -> None:
+    run = small_run(tmp_path)
     recorder = Recorder()
     run.server.listeners.append(recorder)
-    run.train(max_env_steps=600)
+    run.run(env_steps=600)
     c = run.learner_config
     L, stride = c.stored_length, c.stride
     assert run.updates > 0
@@ -62,17 +66,22 @@ def test_replayed_sequences_hold_the_servers_state_at_their_first_row() -> None:
     assert stored["obs"].shape[1:] == (L, 2) and stored["actions"].shape[1:] == (L,)
     # Window k of a slot holds its steps [k * stride, k * stride + L): the assembler cuts them so.
     windows = {}
-    for slot, rows in recorder.rows.items():
+    for rows in recorder.rows.values():
         for start in range(0, len(rows) - L + 1, stride):
-            obs = np.stack([r[0] for r in rows[start:start + L]])
-            windows[obs.tobytes()] = (rows[start][2], rows[start][3], [r[1] for r in rows[start:start + L]])
+            obs = np.stack([r[0] for r in rows[start : start + L]])
+            windows[obs.tobytes()] = (
+                rows[start][2],
+                rows[start][3],
+                [r[1] for r in rows[start : start + L]],
+            )
     assert len(run.replay) == run.sequences_added == len(windows)
     for i in range(len(run.replay)):
         h, c_state, first = windows[stored["obs"][i].tobytes()]
         np.testing.assert_array_equal(stored["state_h"][i], h)
         np.testing.assert_array_equal(stored["state_c"][i], c_state)
         np.testing.assert_array_equal(stored["first"][i], first)
-    # The server's state is zero where an episode starts, and only there (an LSTM's is not, after a step).
+    # The server's state is zero where an episode starts, and only there (an LSTM's is not, after
+    # a step).
     for rows in recorder.rows.values():
         for _, first, h, c_state in rows:
             assert first == (not h.any() and not c_state.any())
@@ -80,10 +89,13 @@ def test_replayed_sequences_hold_the_servers_state_at_their_first_row() -> None:
     assert sample["obs"].shape == (L, 4, 2) and sample["state_h"].shape == (4, run.model.lstm_size)
 
 
-def test_each_slot_acts_with_its_actors_epsilon() -> None:
-    run = small_run(num_actors=4, envs_per_actor=2)
+def test_each_slot_acts_with_its_actors_epsilon(tmp_path) -> None:
+    run = small_run(tmp_path, num_actors=4, envs_per_actor=2)
     expected = np.repeat(actor_epsilons(4), 2)
-    np.testing.assert_allclose(run.policy.epsilons.numpy(), expected, rtol=1e-6)
+    epsilons = run.policy.epsilons.numpy()
+    np.testing.assert_allclose(epsilons[:8], expected, rtol=1e-6)
+    # The slots of actors the run may add later (up to config.actor_limit) explore fully until then.
+    assert len(epsilons) == run.config.slots == 32 and (epsilons[8:] == 1.0).all()
     assert run.least_exploring_slot == 6 and expected[6] == expected.min()
     # One observation for every request: the greedy action is the same, so a slot's other action
     # shows up with probability epsilon / 2 (two actions).
@@ -97,23 +109,56 @@ def test_each_slot_acts_with_its_actors_epsilon() -> None:
     np.testing.assert_allclose(other, expected / 2, atol=0.025)
 
 
-def test_actors_wait_for_a_learner_that_falls_behind_the_replay_ratio() -> None:
+def test_actors_wait_for_a_learner_that_falls_behind_the_replay_ratio(tmp_path) -> None:
     """Local transport, a learner slowed to 30 ms more per update: the actors could step thousands
     of times meanwhile; held to the ratio they step about 10 * 4 / 16 * 32 = 20 times per update."""
-    run = Seed(replace(RECIPE.config, transport="local"))
-    learn = run.learner.learn
+    run = Seed(replace(RECIPE.config, transport="local"), runs_dir=tmp_path)
+    update = run.learner.update
 
-    def slow_learn(*args, **kwargs):
+    def slow_update(*args, **kwargs):
         time.sleep(0.03)
-        return learn(*args, **kwargs)
+        return update(*args, **kwargs)
 
-    run.learner.learn = slow_learn
-    run.train(max_updates=50)
+    run.learner.update = slow_update
+    run.run(updates=50)
     c, envs = run.learner_config, run.config.num_actors
-    before = envs * (c.stored_length + (run.config.min_replay_sequences // envs - 1) * c.stride)  # 704
+    before = envs * (
+        c.stored_length + (run.config.min_replay_sequences // envs - 1) * c.stride
+    )  # 704
     per_update = c.batch_size / run.config.replay_ratio * c.stride  # 20 env steps (all envs)
     assert run.updates == 50
     assert run.env_steps <= before + 50 * per_update + 400, run.env_steps  # seen: 1211; 8183 unheld
+
+
+def test_a_stopped_r2d2_run_resumed_from_its_checkpoint_carries_on(tmp_path) -> None:
+    """The checkpoint holds the learner (online and target networks, optimizer, its update count)
+    and the run's counters, not the replay: the resumed run refills it, then learns on, its
+    learner's update count still the run's, appending to the same metrics file."""
+    run = small_run(tmp_path)
+    run.run(env_steps=600)
+    assert run.ended_by == "env_steps" and run.updates > 0
+    assert run.learner.num_updates == run.updates
+    _, rows = load_metrics(run.metrics_path)
+
+    resumed = Seed.from_checkpoint(run.dir)
+    assert resumed.name == run.name and resumed.metrics_path == run.metrics_path
+    assert resumed.updates == run.updates == resumed.learner.num_updates
+    assert resumed.env_steps == run.env_steps and resumed.sequences_added == run.sequences_added
+    saved, loaded = run.learner.state_dict(), resumed.learner.state_dict()
+    for network in ("model", "target_model"):
+        assert loaded[network].keys() == saved[network].keys()
+        assert all(torch.equal(loaded[network][k], saved[network][k]) for k in saved[network])
+    assert len(resumed.replay) == 0  # not saved: the actors refill it
+
+    resumed.run(env_steps=1500)
+    assert resumed.env_steps >= 1500 and resumed.updates > run.updates
+    assert resumed.learner.num_updates == resumed.updates
+    headers, rows_after = load_metrics(run.metrics_path)
+    assert len(headers) == 2 and headers[1]["resumed_from"] == str(run.dir)
+    assert rows_after[: len(rows)] == rows and len(rows_after) > len(rows)
+    new = [row for row in rows_after[len(rows) :] if "event" not in row]
+    assert new and all(row["charts/env_steps"] > run.env_steps for row in new)
+    assert new[-1]["charts/updates"] == resumed.updates
 
 
 @pytest.mark.slow
@@ -129,7 +174,8 @@ def test_r2d2_through_seed_balances_the_pole_without_seeing_its_velocity() -> No
 @pytest.mark.slow
 def test_a_feed_forward_dqn_with_the_same_budget_stays_far_below() -> None:
     """The dqn-cartpole recipe (solves full-state CartPole in about 33k steps) on the same env and
-    budget: its best mean of 20 episodes stays under half the target (seen: 52 and 60, seeds 0-1)."""
+    budget: its best mean of 20 episodes stays under half the target (seen: 52 and 60, seeds
+    0-1)."""
     study = memory_matters(seed=0, r2d2=False)
     assert study.dqn_curve[-1]["env_steps"] >= RECIPE.total_steps
     assert study.dqn_best < RECIPE.target_return / 2, study.dqn_curve[-5:]

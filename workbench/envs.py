@@ -24,8 +24,9 @@ This module does not import torch: env-only worker processes stay small (NOTES.m
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch

@@ -108,6 +108,16 @@ class Apex(RunLifecycle):
 
     # --- control ----------------------------------------------------------------------------------
 
+    def run(self, **limits: Any) -> "Apex":
+        """``RunLifecycle.run``, which needs a limit here: in this thread a run without one would
+        only end at Ctrl-C (``start()`` and ``stop()`` run one without a limit)."""
+        if not self.limits.replace(**limits).any():
+            raise ValueError(
+                "give run() a limit: updates, seconds, env_steps or target_return "
+                "(or use start() and stop())."
+            )
+        return super().run(**limits)
+
     def set_num_actors(self, num_actors: int) -> None:
         """Ask for ``num_actors`` actors; the learner applies it at its next step."""
         limit = self.config.max_actors

@@ -61,20 +61,21 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import psutil
 import torch
 
 from workbench.envs import env_spaces
+from workbench.lab.impala_actors import ImpalaActors
+from workbench.lab.throughput import torch_threads
+from workbench.models import ActorCritic
+from workbench.processes import WORKER_TIMEOUT
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
-from workbench.models import ActorCritic
-from workbench.lab.throughput import torch_threads
-from workbench.lab.impala_actors import ImpalaActors
-from workbench.processes import WORKER_TIMEOUT
 
 __all__ = [
     "SeedSettings",

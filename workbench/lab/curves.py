@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from workbench.runs.lifecycle import ENDED, RunLifecycle
 

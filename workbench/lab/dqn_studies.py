@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from workbench.lab.curves import LearningCurve, learning_curve, slug, study_dir
 from workbench.lab.pg_studies import make_recipe_run

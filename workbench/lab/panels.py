@@ -17,8 +17,9 @@ from __future__ import annotations
 import html
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go

@@ -18,8 +18,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from workbench.lab.curves import LearningCurve, learning_curve
 from workbench.runs import Run, RunConfig, RunSettings

@@ -6,7 +6,7 @@ anything; it only draws, so every function is cheap and safe to call again with 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

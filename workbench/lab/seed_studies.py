@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from workbench.envs import CARTPOLE_NO_VELOCITY
-from workbench.models import RecurrentQNetwork
 from workbench.lab.curves import study_dir
+from workbench.models import RecurrentQNetwork
 from workbench.runs.recipes import RECIPES, Recipe
 from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
 from workbench.seed.run import Seed

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -43,8 +43,9 @@ import os
 import pickle
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as wait_connections
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.multiprocessing

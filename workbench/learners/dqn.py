@@ -31,8 +31,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workbench.kernels import categorical_projection, double_q_action, linear_schedule
-from workbench.kernels import scaled_learning_rate
+from workbench.kernels import (
+    categorical_projection,
+    double_q_action,
+    linear_schedule,
+    scaled_learning_rate,
+)
 from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
 from workbench.models import EpsilonGreedy, QNetwork
 from workbench.replay import TRANSITION_KEYS

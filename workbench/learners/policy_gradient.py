@@ -29,7 +29,8 @@ Neither option changes what the sampler acts with: its forward passes stay float
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

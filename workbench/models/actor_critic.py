@@ -3,7 +3,7 @@ and the deterministic actor and critic of DDPG (``DeterministicPolicy``, ``Conti
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

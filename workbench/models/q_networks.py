@@ -3,7 +3,7 @@ sampler collects DQN's data with."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -4,7 +4,7 @@ observations) take ``[N, *obs_shape]`` and give ``[N, output_size]``; ``make_tru
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

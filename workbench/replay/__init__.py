@@ -11,8 +11,9 @@ Two layers, composed by keyword (``PrioritizedReplay(capacity, storage=FrameStor
   once, frame stacks and n-step windows rebuilt by index, as rlpyt's frame buffer does).
 
 Every operation is vectorised over the batch: a Python loop runs over tree levels, frame-stack
-positions or window steps, never over sampled items. This module imports numpy only (no torch), so
-a replay server process stays small; ``add`` also takes CPU torch tensors.
+positions or window steps, never over sampled items. This package imports numpy only (no torch:
+``nstep`` loads on first use), so a replay server process stays small; ``add`` also takes CPU torch
+tensors.
 
 A storage offers ``capacity``, ``len()``, ``extent`` (slots ``[0, extent)`` hold every stored
 item), ``nbytes``, ``check(batch) -> (arrays, n)``,
@@ -28,11 +29,19 @@ Modules: ``trees`` (``SumTree``, ``MinTree``), ``storages`` (``ArrayStorage``, `
 (``NStepTransitions``: time-major rollouts into n-step transitions).
 """
 
-from workbench.replay.nstep import TRANSITION_KEYS, NStepTransitions
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from workbench.replay.prioritized import PrioritizedReplay, SequenceReplay, UniformReplay
 from workbench.replay.rate_limiter import RateLimiter
 from workbench.replay.storages import ArrayStorage, FrameStorage
 from workbench.replay.trees import MinTree, SumTree
+
+# ``nstep`` works on torch rollouts: its names load on first use (PEP 562), so that a replay server
+# process, which imports this package for its replays and storages, never pays for torch.
+_LAZY = {"NStepTransitions": "nstep", "TRANSITION_KEYS": "nstep"}
 
 __all__ = [
     "TRANSITION_KEYS",
@@ -46,3 +55,9 @@ __all__ = [
     "SumTree",
     "UniformReplay",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"workbench.replay.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'workbench.replay' has no attribute {name!r}")

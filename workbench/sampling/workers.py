@@ -23,9 +23,10 @@ import struct
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_connections
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

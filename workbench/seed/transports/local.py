@@ -248,7 +248,13 @@ class LocalActors:
             deadline = time.monotonic() + 3.0
             for actor in list(self._actors.values()):
                 actor.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            first_stop = self._finalizer.alive
             self._finalizer()
+            if first_stop:  # retired actors were recorded when they were retired
+                for index, actor in sorted(self._actors.items()):
+                    if not actor.retiring:
+                        detail = f"exit code {actor.process.exitcode}"
+                        self.events.append(ActorEvent(time.time(), "stopped", index, detail))
 
     @staticmethod
     def _kill(actors: dict) -> None:
@@ -323,9 +329,22 @@ class LocalActors:
             return []
         slots = []
         for slot, generation in REQUEST.iter_unpack(data):
-            if generation == self._generation[slot] and self._live_slots[slot]:
-                slots.append(slot)
+            if generation != self._generation[slot]:
+                continue  # a dead actor's leftover request
+            if not self._live_slots[slot] and not self._ready_early(slot):
+                continue  # a retired actor's last request
+            slots.append(slot)
         return slots
+
+    def _ready_early(self, slot: int) -> bool:
+        """The first request of an actor started while serving (added, or restarted) can come
+        before ``_check_actors`` reads its "ready", which the actor sent first: read it now, or
+        the actor would wait for an answer that never comes."""
+        actor = self._actors.get(slot // self.envs_per_actor)
+        if actor is None or actor.retiring or not actor.starting or not actor.control.poll():
+            return False
+        self._ready(actor)
+        return True
 
     def _answer(self, slots: np.ndarray) -> None:
         a = self._arrays

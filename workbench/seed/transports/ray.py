@@ -37,8 +37,9 @@ import asyncio
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -329,6 +330,8 @@ class RayActors:
             for handle in handles:
                 if handle.run in done:
                     self._finish(handle, restart=False)
+                else:
+                    self._event("stopped", handle.index, f"killed: still running after {timeout} s")
         for handle in handles:
             ray.kill(handle.actor)
         self._actors.clear()
@@ -349,6 +352,7 @@ class RayActors:
             done, _ = ray.wait(list(handles), num_returns=len(handles), timeout=0)
             for ref in done:
                 self._finish(handles[ref], restart=True)
+        self._read_ready()
         try:
             progress = ray.get(self.server.progress.remote(), timeout=60)
         except ray.exceptions.RayActorError as error:
@@ -360,6 +364,24 @@ class RayActors:
             self.error = progress["error"]
         if self.error is not None:
             raise RuntimeError(self.error)
+
+    def _read_ready(self) -> None:
+        """Restarted actors that are up since the last check: their pid, a ``started`` event."""
+        ray = self.ray
+        waiting = [h for h in self._actors.values() if h.pid is None and h.ready is not None]
+        if not waiting:
+            return
+        done, _ = ray.wait([h.ready for h in waiting], num_returns=len(waiting), timeout=0)
+        for handle in waiting:
+            if handle.ready not in done:
+                continue
+            try:
+                info = ray.get(handle.ready)
+            except ray.exceptions.RayError:
+                handle.ready = None  # it failed to start: its run() fails too, and is restarted
+                continue
+            handle.pid = info["pid"]
+            self._event("started", handle.index, f"pid {info['pid']} node {info['node_id'][:8]}")
 
     def _finish(self, handle: _Handle, restart: bool) -> None:
         """Its run() ended: cleanly (record why), or by a death or an error (restart it)."""

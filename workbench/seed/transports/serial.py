@@ -49,11 +49,26 @@ class SerialActors:
         self.num_actors = num_envs
         self.events: list[ActorEvent] = []
         self.pids: list[int] = []
+        self._started = self._stopped = False
 
     def start(self) -> "SerialActors":
+        """Nothing to start (the envs exist); each env, the actor of its slot, is recorded as
+        started, as the other transports record theirs."""
+        if not self._started:
+            self._started = True
+            now = time.time()
+            self.events.extend(
+                ActorEvent(now, "started", i, "an env stepped in this thread")
+                for i in range(self.num_envs)
+            )
         return self
 
     def stop(self) -> None:
+        """Close the envs; each started one is recorded as stopped (once)."""
+        if self._started and not self._stopped:
+            self._stopped = True
+            now = time.time()
+            self.events.extend(ActorEvent(now, "stopped", i) for i in range(self.num_envs))
         self.close()
 
     def check(self) -> None:

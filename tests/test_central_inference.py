@@ -1,4 +1,4 @@
-"""The SEED-against-IMPALA study (``workbench.inference_throughput``) on tiny settings: both sides
+"""The SEED-against-IMPALA study (``workbench.lab.central_inference``) on tiny settings: both sides
 run and report rates and latencies, the IMPALA actors run their own copy of the model (and the
 SEED actors none), and nothing outlives a measurement, even one that is interrupted. No timing
 is asserted: the figures belong to ``benchmarks/central_inference.py``."""
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from processes import live_children, wait_gone
+from workbench.lab import central_inference as study
+from workbench.seed.server import InferenceServer, SampledPolicy
+from workbench.seed.transports.local import LocalActors
 
-from workbench import inference_throughput as study
-from workbench.inference import InferenceServer, LocalActors, SampledPolicy
+from processes import live_children, wait_gone
 
 ENV = "CartPole-v1"
 
@@ -34,9 +35,16 @@ def wait_for(condition, timeout: float = 60.0) -> None:
 def test_study_measures_both_sides_and_leaves_no_process():
     before = live_children()
     seen: list[study.ThroughputResult] = []
-    rows = study.central_inference_study((1, 2), seconds=0.5, env_id=ENV, warmup=0.2, progress=seen.append)
+    rows = study.central_inference_study(
+        (1, 2), seconds=0.5, env_id=ENV, warmup=0.2, progress=seen.append
+    )
     assert [r.num_actors for r in rows] == [1, 2]
-    assert sorted((r.system, r.num_actors) for r in seen) == [("impala", 1), ("impala", 2), ("seed", 1), ("seed", 2)]
+    assert sorted((r.system, r.num_actors) for r in seen) == [
+        ("impala", 1),
+        ("impala", 2),
+        ("seed", 1),
+        ("seed", 2),
+    ]
     for row in rows:
         for result in (row.seed, row.impala):
             assert result.num_actors == row.num_actors
@@ -54,7 +62,8 @@ def test_study_measures_both_sides_and_leaves_no_process():
 
 
 def test_impala_actor_runs_its_own_model_and_seed_actors_none():
-    # A policy that always pushes right: only a process running this model chooses action 1 every time.
+    # A policy that always pushes right: only a process running this model chooses action 1 every
+    # time.
     model = study.make_model(ENV)
     with torch.no_grad():
         model.policy_head.weight.zero_()
@@ -78,7 +87,9 @@ def test_impala_actor_runs_its_own_model_and_seed_actors_none():
     assert wait_gone(list(live_children() - before)) == []
 
 
-@pytest.mark.parametrize("measure", [study.measure_seed, study.measure_impala], ids=["seed", "impala"])
+@pytest.mark.parametrize(
+    "measure", [study.measure_seed, study.measure_impala], ids=["seed", "impala"]
+)
 def test_an_interrupted_measurement_leaves_no_process(measure, monkeypatch):
     started: list[int] = []
 
@@ -105,7 +116,9 @@ def test_arguments_are_checked():
         study.make_model("Pendulum-v1")
     with pytest.raises(ValueError, match="no rows"):
         study.ratio([])
-    assert study.SeedSettings().timeout_for(4) == 0.002 and study.SeedSettings().timeout_for(8) == 0.0
+    assert (
+        study.SeedSettings().timeout_for(4) == 0.002 and study.SeedSettings().timeout_for(8) == 0.0
+    )
     assert study.SeedSettings(timeout=0.005).timeout_for(16) == 0.005
     assert study.SeedSettings(max_batch_size=4).batch_size_for(8) == 4
     assert study.SeedSettings().batch_size_for(3) == 3

@@ -1,31 +1,33 @@
-"""Specifications for ``workbench.runners.Run``: the loop that owns metrics, checkpoints, settings.
+"""Specifications for ``workbench.runs.Run``: the loop that owns metrics, checkpoints, settings.
 
 Tiny CartPole runs (T=16, B=4: 64 env steps per iteration, well under a second for a few
 iterations), mostly with the serial sampler; one with a BatchedSampler's two worker processes,
 whose end is checked with psutil. One learning check: PPO through Run solves CartPole as
-``train()`` does (tests/test_pg.py's settings).
+its recipe says (``workbench.runs.recipes``).
+
+Also the shared parts of every run kind seen through ``Run``: the four limits
+(``workbench.runs.Limits``) and the shared row schema; and a sampler worker that dies mid-run.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
 import torch
 
-from workbench import samplers
-from workbench.algos import PPO, PPOConfig
-from workbench.control import RunSettings
+from workbench import sampling
+from workbench.learners import PPO, PPOConfig, move_optimizer_state
 from workbench.models import ActorCritic
-from workbench.runners import Run, RunConfig, load_metrics, move_optimizer_state
-from workbench.recipes import RECIPES
+from workbench.runs import Run, RunConfig, RunSettings, load_metrics
+from workbench.runs.recipes import RECIPES
 
 CARTPOLE = "CartPole-v1"
 STEPS = 64  # T * B of small_settings()
@@ -81,6 +83,17 @@ def events(run: Run) -> list[dict]:
     return [row for row in run.metrics if "event" in row]
 
 
+def on_iteration(run: Run):
+    """Register the decorated ``fn(row)`` for the run's metric rows (``run.on_row`` also hands
+    over event rows, which carry ``charts/iteration`` too)."""
+
+    def register(fn):
+        run.on_row(lambda row: None if "event" in row else fn(row))
+        return fn
+
+    return register
+
+
 def parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
@@ -112,7 +125,7 @@ def test_a_sync_run_writes_a_header_then_one_row_per_iteration(tmp_path):
     first_line = run.metrics_path.read_text().splitlines()[0]
     assert '"type": "header"' in first_line
     header = headers[0]
-    assert header["env_id"] == CARTPOLE and header["algo"] == "workbench.algos.pg.PPO"
+    assert header["env_id"] == CARTPOLE and header["algo"] == "workbench.learners.ppo.PPO"
     assert header["algo_config"]["num_epochs"] == 2
     assert header["config"]["total_steps"] == 5 * STEPS and header["config"]["name"] == "test"
     assert header["settings"]["num_envs"] == 4
@@ -137,9 +150,9 @@ def test_a_sync_run_writes_a_header_then_one_row_per_iteration(tmp_path):
 def test_callback_errors_are_reported_and_not_fatal(tmp_path):
     seen = []
     run = make_run(tmp_path, iterations=3)
-    run.on_iteration(seen.append)
+    run.on_row(seen.append)
 
-    @run.on_iteration
+    @run.on_row
     def broken(row):
         raise KeyError("widget bug")
 
@@ -194,7 +207,7 @@ def test_pause_stops_progress_and_resume_restarts_it(tmp_path):
 def closed_samplers(monkeypatch) -> list:
     """Samplers the run made, appended when the run closes them."""
     closed = []
-    make_sampler = samplers.make_sampler
+    make_sampler = sampling.make_sampler
 
     def spy(*args, **kwargs):
         sampler = make_sampler(*args, **kwargs)
@@ -202,7 +215,7 @@ def closed_samplers(monkeypatch) -> list:
         sampler.close = lambda: (closed.append(sampler), close())
         return sampler
 
-    monkeypatch.setattr(samplers, "make_sampler", spy)
+    monkeypatch.setattr(sampling, "make_sampler", spy)
     return closed
 
 
@@ -224,6 +237,9 @@ def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(t
         def load_state_dict(self, state):
             self.inner.load_state_dict(state)
 
+        def to(self, device):
+            self.inner.to(device)
+
     run = make_run(tmp_path, iterations=10, algo=Exploding(), mode=mode).start()
     with pytest.raises(RuntimeError, match="boom in update"):
         run.wait(timeout=60)
@@ -237,7 +253,7 @@ def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(t
 def test_a_failing_collector_thread_fails_an_async_run(tmp_path, closed_samplers):
     run = make_run(tmp_path, iterations=10, mode="async")
 
-    @run.on_iteration
+    @on_iteration(run)
     def break_the_sampler(row):  # the collector's next collect raises, in the collector thread
         if row.get("charts/iteration") == 2:
             run.sampler.collect = lambda policy: 1 / 0
@@ -292,10 +308,9 @@ def test_run_in_the_main_thread_stops_cleanly_on_ctrl_c(tmp_path):
 
 EXIT_SCRIPT = """
 import sys, time
-from workbench.algos import PPO
-from workbench.control import RunSettings
+from workbench.learners import PPO
 from workbench.models import ActorCritic
-from workbench.runners import Run, RunConfig
+from workbench.runs import Run, RunConfig, RunSettings
 
 run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit"),
           settings=RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=16))
@@ -321,7 +336,7 @@ def test_interpreter_exit_stops_a_live_run_and_keeps_its_checkpoint(tmp_path):
 def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_path):
     run = make_run(tmp_path, iterations=100_000)
 
-    @run.on_iteration
+    @on_iteration(run)
     def change(row):
         if row.get("charts/iteration") == 2:  # from the loop thread, as a widget would, mid-run
             run.update_settings(num_envs=8, minibatch_size=128)
@@ -333,10 +348,12 @@ def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_pat
     assert [r["charts/num_envs"] for r in rows] == [4, 4, 8, 8]
     assert [r["charts/env_steps"] for r in rows] == [64, 128, 256, 384]
     (event,) = events(run)
-    assert event == {
+    assert event["charts/wall_seconds"] > 0
+    assert {key: value for key, value in event.items() if key != "charts/wall_seconds"} == {
         "event": "settings",
-        "iteration": 2,
-        "env_steps": 128,
+        "charts/iteration": 2,
+        "charts/env_steps": 128,
+        "charts/updates": 2,
         "old": {"num_envs": 4, "minibatch_size": 32},
         "new": {"num_envs": 8, "minibatch_size": 128},
     }
@@ -350,7 +367,7 @@ def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_pat
     run = make_run(tmp_path, iterations=4)
     raised = []
 
-    @run.on_iteration
+    @on_iteration(run)
     def bad_updates(row):
         if row.get("charts/iteration") == 1:
             for values in ({"num_envs": 0}, {"minibatch_size": 30}, {"num_actors": 5}, {"actors": 2}):
@@ -372,13 +389,13 @@ def test_learner_devices_that_cannot_work_are_refused(tmp_path):
     run = make_run(tmp_path, iterations=3)
     with pytest.raises(ValueError, match="GPU"):
         run.update_settings(learner_devices=["cuda"])
-    with pytest.raises(NotImplementedError, match="workbench.distributed"):
+    with pytest.raises(NotImplementedError, match="workbench.learners"):
         run.update_settings(learner_devices=["cpu:0", "cpu:1"])
     with pytest.raises(ValueError, match="GPU"):
         Run(CARTPOLE, make_algo(), settings=small_settings(learner_devices=("cuda",)),
             config=RunConfig(runs_dir=str(tmp_path)))
 
-    @run.on_iteration
+    @on_iteration(run)
     def bypass(row):  # a write straight to RunSettings skips Run's checks: the loop refuses it
         if row.get("charts/iteration") == 1:
             run.settings.update(learner_devices=("cuda",))
@@ -386,7 +403,7 @@ def test_learner_devices_that_cannot_work_are_refused(tmp_path):
     run.run()
     assert run.status == "finished" and run.iteration == 3
     (event,) = events(run)
-    assert event["event"] == "settings_refused" and event["iteration"] == 1 and "GPU" in event["error"]
+    assert event["event"] == "settings_refused" and event["charts/iteration"] == 1 and "GPU" in event["error"]
     assert run.settings.current.learner_devices == ("cpu",) == run.settings.applied.learner_devices
     assert next(run.algo.model.parameters()).device.type == "cpu"
 
@@ -394,7 +411,7 @@ def test_learner_devices_that_cannot_work_are_refused(tmp_path):
 def test_several_learner_devices_go_to_the_learner_factory(tmp_path):
     made = []
 
-    class FakeDataParallel:  # stands in for workbench.distributed's learner
+    class FakeDataParallel:  # stands in for workbench.learners' RunLearner
         def __init__(self, algo, devices):
             self.algo, self.devices, self.updates, self.closed = algo, devices, 0, False
             made.append(self)
@@ -417,7 +434,7 @@ def test_several_learner_devices_go_to_the_learner_factory(tmp_path):
 
     run = make("back-to-one")
 
-    @run.on_iteration
+    @on_iteration(run)
     def back_to_one(row):
         if row.get("charts/iteration") == 2:
             run.update_settings(learner_devices=["cpu"])
@@ -443,7 +460,7 @@ def test_move_optimizer_state_moves_moments_and_keeps_step_where_torch_does():
 def test_moving_the_learner_to_cuda_mid_run_moves_model_and_optimizer_state(tmp_path):
     run = make_run(tmp_path, iterations=4)
 
-    @run.on_iteration
+    @on_iteration(run)
     def to_gpu(row):
         if row.get("charts/iteration") == 2:
             run.update_settings(learner_devices=["cuda"])
@@ -470,8 +487,7 @@ def test_resume_from_a_checkpoint_restores_parameters_and_continues_env_steps(tm
     assert all(torch.equal(saved_optimizer[k]["exp_avg"], restored_optimizer[k]["exp_avg"]) for k in saved_optimizer)
     assert len(resumed.metrics) == 3  # the earlier rows, for plots
 
-    resumed.config.total_steps = 5 * STEPS
-    resumed.run()
+    resumed.run(env_steps=5 * STEPS)
     assert resumed.status == "finished" and resumed.env_steps == 5 * STEPS
     headers, rows = load_metrics(first.dir)  # the same file, appended
     assert len(headers) == 2 and headers[1]["resumed_from"] == str(first.dir)
@@ -499,7 +515,7 @@ def test_async_mode_collects_one_update_behind_and_stops_cleanly(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_through_run_solves_cartpole(tmp_path):
-    """The recipe of tests/test_pg.py::test_ppo_solves_cartpole (seed 0: 475 at ~21k steps)."""
+    """The recipe ppo-cartpole (workbench.runs.recipes; seed 0: 475 at ~21k steps)."""
     recipe = RECIPES["ppo-cartpole"]
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), replace(recipe.config), seed=0)
@@ -510,7 +526,7 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
     returns: list[float] = []
     solved_at = []
 
-    @run.on_iteration
+    @on_iteration(run)
     def watch(row):  # mean over (at least) the last 20 episodes, from the per-iteration means
         if "charts/episode_return" in row:
             returns.extend([row["charts/episode_return"]] * row["charts/episodes"])
@@ -526,14 +542,14 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
 def test_a_run_switches_to_two_gloo_learners_and_back_keeping_its_state(tmp_path):
     """The device picker's "2 learners" on CPU: the data-parallel group forms from the algorithm's
     state at the boundary, trains, and hands its state back when the run returns to one learner."""
-    from workbench.distributed import RunLearner
+    from workbench.learners import RunLearner
 
     settings = small_settings(learner_devices=("cpu",))
     run = Run(CARTPOLE, make_algo(), settings=settings, learner_factory=RunLearner,
               config=RunConfig(total_steps=6 * STEPS, runs_dir=str(tmp_path), name="ddp"))
     snapshots = {}
 
-    @run.on_iteration
+    @on_iteration(run)
     def steer(row):
         iteration = row.get("charts/iteration")
         if iteration == 2:

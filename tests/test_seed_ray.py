@@ -12,18 +12,25 @@ import numpy as np
 import pytest
 import torch
 
-ray = pytest.importorskip("ray", reason='the Ray transport needs pip install "workbench[distributed]"')
+ray = pytest.importorskip(
+    "ray", reason='the Ray transport needs pip install "workbench[distributed]"'
+)
 
-from workbench.env_actors import FIRST, ServerStopped  # noqa: E402
-from workbench.inference_ray import RayActors, RayInferenceServer  # noqa: E402
 from workbench.models import ActorCritic  # noqa: E402
+from workbench.seed.env_actors import FIRST, ServerStopped  # noqa: E402
+from workbench.seed.transports.ray import RayActors  # noqa: E402
+from workbench.seed.transports.ray_server import RayInferenceServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    for attempt in range(2):  # on a loaded machine the raylet may miss Ray's fixed 30 s start window
+    for attempt in range(
+        2
+    ):  # on a loaded machine the raylet may miss Ray's fixed 30 s start window
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+            )
             break
         except Exception as error:
             ray.shutdown()
@@ -36,7 +43,9 @@ def local_ray():
 def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen in {seconds} s; events: {actors.events}"
+        assert time.monotonic() < deadline, (
+            f"{what} did not happen in {seconds} s; events: {actors.events}"
+        )
         actors.check()
         time.sleep(0.05)
 
@@ -45,7 +54,9 @@ def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
 def serving(local_ray):
     """A CartPole server and 4 env actors; slot 4 is left free for the tests' own requests."""
     torch.manual_seed(0)
-    server = RayInferenceServer.launch(ActorCritic((4,), 2), max_batch_size=8, timeout=0.02, record_steps=5000)
+    server = RayInferenceServer.launch(
+        ActorCritic((4,), 2), max_batch_size=8, timeout=0.02, record_steps=5000
+    )
     actors = RayActors(server, "CartPole-v1", 4, max_actors=5, seed=0, nice=5).start()
     yield server, actors
     actors.stop()
@@ -57,8 +68,12 @@ def test_batches_of_concurrent_requests_step_cartpole(serving):
     wait_until(lambda: actors.steps >= 200, actors, 40, "200 steps")  # every actor is up by then
     ray.get(server.take_steps.remote())  # the steady state only: actor 0 may have started alone
     start, before = time.monotonic(), actors.steps
-    wait_until(lambda: actors.steps >= before + 1000 and len(actors.episodes) >= 4, actors, 40,
-               "1000 more steps and 4 episodes")
+    wait_until(
+        lambda: actors.steps >= before + 1000 and len(actors.episodes) >= 4,
+        actors,
+        40,
+        "1000 more steps and 4 episodes",
+    )
     batches = [item for kind, item in ray.get(server.take_steps.remote()) if kind == "step"]
     sizes = np.array([len(b.slots) for b in batches])
     assert sizes.max() > 1 and sizes.mean() > 1.5, np.bincount(sizes)  # 4 actors, 8 at most a batch
@@ -69,13 +84,24 @@ def test_batches_of_concurrent_requests_step_cartpole(serving):
     returns = [r for _, _, r, _ in actors.episodes]
     assert all(r >= 8 for r in returns), returns  # CartPole: at least 8 steps before a pole falls
     stats = ray.get(server.stats.remote())
-    for key in ("latency_p50_ms", "latency_p99_ms", "queue_wait_p50_ms", "forward_p50_ms", "transit_p50_ms"):
+    for key in (
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "queue_wait_p50_ms",
+        "forward_p50_ms",
+        "transit_p50_ms",
+    ):
         assert 0 <= stats[key] < 1000, (key, stats)
     per_actor = actors.actor_stats()
-    assert all(s["steps"] > 100 and s["round_trip_p50_ms"] > 0 for s in per_actor.values()), per_actor
-    print(f"\n{actors.steps - before} steps in {time.monotonic() - start:.1f} s, batch sizes "
-          f"{np.bincount(sizes).tolist()} (mean {sizes.mean():.2f}), latency p50 {stats['latency_p50_ms']:.2f} ms, "
-          f"round trip p50 {np.median([s['round_trip_p50_ms'] for s in per_actor.values()]):.2f} ms")
+    assert all(s["steps"] > 100 and s["round_trip_p50_ms"] > 0 for s in per_actor.values()), (
+        per_actor
+    )
+    round_trip = np.median([s["round_trip_p50_ms"] for s in per_actor.values()])
+    print(
+        f"\n{actors.steps - before} steps in {time.monotonic() - start:.1f} s, batch sizes "
+        f"{np.bincount(sizes).tolist()} (mean {sizes.mean():.2f}), latency p50 "
+        f"{stats['latency_p50_ms']:.2f} ms, round trip p50 {round_trip:.2f} ms"
+    )
 
 
 def test_a_malformed_observation_fails_only_its_caller(serving):
@@ -91,7 +117,10 @@ def test_a_malformed_observation_fails_only_its_caller(serving):
         ray.get(server.infer.remote(4, np.array([0.0, np.nan, 0.0, 0.0], np.float32), 0.0, FIRST))
     with pytest.raises(ValueError, match="slot 9 is not served"):
         ray.get(server.infer.remote(9, np.zeros(4, np.float32), 0.0, FIRST))
-    assert ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST)) in (0, 1)  # float64 -> float32 is fine
+    assert ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST)) in (
+        0,
+        1,
+    )  # float64 -> float32 is fine
     ray.get(server.restart.remote([4]))  # slot 4 has no actor: batches need not wait for it
     wait_until(lambda: actors.steps >= before + 200, actors, 20, "200 more steps")
     assert not [e for e in actors.events if e.kind in ("died", "error")]
@@ -102,9 +131,17 @@ def test_a_killed_actor_does_not_stall_the_others_and_is_restarted(serving):
     actors.check()
     others = {i: s["steps"] for i, s in actors.actor_stats().items() if i != 1}
     ray.kill(actors.actor_handles()[1])
-    wait_until(lambda: any(e.kind == "restarted" and e.actor == 1 for e in actors.events), actors, 20, "the restart")
-    assert [e.kind for e in actors.events if e.actor == 1][-2:] == ["died", "restarted"]
-    wait_until(lambda: actors.actor_stats()[1]["steps"] > 50, actors, 30, "the restarted actor stepping")
+    wait_until(
+        lambda: any(e.kind == "restarted" and e.actor == 1 for e in actors.events),
+        actors,
+        20,
+        "the restart",
+    )
+    kinds = [e.kind for e in actors.events if e.actor == 1]
+    assert kinds[kinds.index("died") :][:2] == ["died", "restarted"]  # then "started", once up
+    wait_until(
+        lambda: actors.actor_stats()[1]["steps"] > 50, actors, 30, "the restarted actor stepping"
+    )
     after = actors.actor_stats()
     assert all(after[i]["steps"] > others[i] + 50 for i in others), (others, after)
 
@@ -118,7 +155,9 @@ def test_stopping_the_server_ends_waiting_actors_cleanly(local_ray):
         stopped = time.monotonic()
         wait_until(lambda: len(actors.finished) == 2, actors, 5, "both actors ending")
         print(f"\nactors ended {time.monotonic() - stopped:.2f} s after the server stopped")
-        assert all(r["reason"].startswith("server stopped") for r in actors.finished.values()), actors.finished
+        assert all(r["reason"].startswith("server stopped") for r in actors.finished.values()), (
+            actors.finished
+        )
         assert not [e for e in actors.events if e.kind in ("died", "error", "restarted")]
         with pytest.raises(ServerStopped, match="stopped"):
             ray.get(server.infer.remote(0, np.zeros(4, np.float32), 0.0, FIRST), timeout=10)

@@ -1,10 +1,14 @@
-"""Specifications for ``workbench.distributed.DataParallelLearner`` (DDP learners, gloo on CPU).
+"""Specifications for ``workbench.learners.DataParallelLearner`` (DDP learners, gloo on CPU).
 
-1. The key one (Stooke & Abbeel 2018, Sec. 3.2): two gloo learners, each on half of the
-   environments, produce the same update as one learner on the joined batch: the same parameters
-   (atol 1e-5) and the same metrics, for A2C (advantages normalised over the rollout) and for PPO
-   (2 epochs x 2 minibatches, advantages normalised per minibatch), two updates in a row (so the
-   optimizer states and PPO's minibatch generator stay in step too).
+1. The key one (Stooke & Abbeel 2018, Sec. 3.2): two gloo learners, each on half of the batch,
+   produce the same update as one learner on the joined batch: the same parameters (atol 1e-5)
+   and the same metrics (rel 1e-4), two updates in a row (so the optimizer states, PPO's minibatch
+   generator and DQN's target copies stay in step too). For A2C (advantages normalised over the
+   rollout) and PPO (2 epochs x 2 minibatches, advantages normalised per minibatch), each learner
+   holds half of the environments; for DQN and C51 (uniform batches and prioritized ones with
+   importance weights; the target network copied every update) half of the transitions, and the
+   joined priorities are the single learner's; for IMPALA (V-trace, with a termination and a
+   truncation in each half) half of the unrolls.
 2. Arguments: B not divisible by the number of learners, 'cuda' without a GPU, a single device,
    mixed cpu and cuda, a factory that cannot be pickled: each a ValueError or TypeError naming
    the fix, raised before any process starts (or, for B, without disturbing the learners).
@@ -12,8 +16,8 @@
    next update raise RuntimeError at once (and stops the other); learners die with their parent
    (SIGKILL of the process that holds them, as when a kernel is killed).
 
-Starting two learner processes costs a few seconds (each imports torch), so the A2C and PPO
-learners are module-scoped fixtures shared by the tests that only read them.
+Starting two learner processes costs a few seconds (each imports torch), so the learners are
+module-scoped fixtures shared by the tests that only read them.
 """
 
 from __future__ import annotations
@@ -27,17 +31,26 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
-import psutil
 import pytest
 import torch
-
-from workbench import distributed
-from workbench.algos import A2C, PPO, A2CConfig, PPOConfig
-from workbench.distributed import DataParallelLearner
-from workbench.models import ActorCritic
+from workbench import system
+from workbench.learners import (
+    A2C,
+    DQN,
+    IMPALA,
+    PPO,
+    A2CConfig,
+    DataParallelLearner,
+    DQNConfig,
+    IMPALAConfig,
+    PPOConfig,
+)
+from workbench.models import ActorCritic, QNetwork
 from workbench.rollout import Rollout
-from workbench.samplers import SerialSampler
+from workbench.sampling import SerialSampler
+
 from processes import running, wait_gone
 
 OBS_SHAPE = (4,)
@@ -47,6 +60,10 @@ DEVICES = ("cpu:0", "cpu:1")
 TIMEOUT = 60.0  # seconds per learner answer: generous for 2 busy cores, still never a hang
 A2C_CONFIG = A2CConfig(normalize_advantages=True)
 PPO_CONFIG = PPOConfig(num_epochs=2, num_minibatches=2, normalize_advantages=True)
+N = 32  # transitions per DQN batch: 16 per learner
+# The target network is copied at every update, so the second update's targets come from it.
+DQN_CONFIG = DQNConfig(learning_rate=1e-3, n_step=3, double=True, target_update_interval=1)
+IMPALA_CONFIG = IMPALAConfig(learning_rate=1e-3, unroll_length=T, batch_size=B)
 
 
 def make_model(seed: int = 0) -> ActorCritic:
@@ -79,6 +96,53 @@ def cartpole_like_rollout(model: ActorCritic, seed: int, T: int = T, B: int = B)
     )
 
 
+def transitions(seed: int, n: int = N, *, weighted: bool = False) -> dict[str, torch.Tensor]:
+    """A batch of ``n`` 3-step CartPole-shaped transitions: random observations, actions and
+    returns, discounts ``0.99^3`` or 0 (a window that ended in a terminal state); ``weighted``:
+    importance weights in (0, 1], the largest 1, as a prioritized replay gives them."""
+    g = torch.Generator().manual_seed(seed)
+    terminal = torch.rand(n, generator=g) < 0.2
+    terminal[0] = terminal[-1] = True  # in both halves
+    batch = {
+        "obs": torch.randn(n, *OBS_SHAPE, generator=g),
+        "actions": torch.randint(NUM_ACTIONS, (n,), generator=g),
+        "returns": 1.0 + torch.rand(n, generator=g) * 2,
+        "discounts": torch.where(terminal, 0.0, 0.99**3),
+        "next_obs": torch.randn(n, *OBS_SHAPE, generator=g),
+    }
+    if weighted:
+        weights = 0.1 + torch.rand(n, generator=g)
+        batch["weights"] = weights / weights.max()
+    return batch
+
+
+def unrolls(model: ActorCritic, seed: int, T: int = T, B: int = B) -> dict[str, torch.Tensor]:
+    """A ``[T + 1, B]`` batch of IMPALA unrolls (``learners.impala.UNROLL_KEYS``): random
+    observations and actions, behaviour log-probabilities from perturbed logits of ``model`` (so
+    that pi / mu varies around 1 and some rhos are clipped), random rewards, some terminations and
+    some truncations (with a final observation), at least one of each in each half of B."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(T + 1, B, *OBS_SHAPE, generator=g)
+    actions = torch.randint(NUM_ACTIONS, (T + 1, B), generator=g)
+    with torch.no_grad():
+        logits, _ = model(obs)
+    behaviour = torch.log_softmax(logits + 0.5 * torch.randn(logits.shape, generator=g), -1)
+    terminated = torch.rand(T + 1, B, generator=g) < 0.1
+    truncated = (torch.rand(T + 1, B, generator=g) < 0.05) & ~terminated
+    terminated[2, 0] = terminated[5, B - 1] = True
+    truncated[4, 1] = truncated[3, B - 2] = True
+    terminated[4, 1] = terminated[3, B - 2] = False
+    return {
+        "obs": obs,
+        "actions": actions,
+        "logp": behaviour.gather(-1, actions[..., None]).squeeze(-1),
+        "rewards": torch.randn(T + 1, B, generator=g),
+        "terminated": terminated,
+        "truncated": truncated,
+        "final_obs": torch.randn(T + 1, B, *OBS_SHAPE, generator=g),
+    }
+
+
 def assert_same_parameters(a: torch.nn.Module, b: torch.nn.Module, atol: float = 1e-5) -> None:
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(p, q, atol=atol, rtol=0), (name, (p - q).abs().max().item())
@@ -90,11 +154,7 @@ def assert_same_metrics(single: dict[str, float], parallel: dict[str, float]) ->
         assert parallel[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
-
-
-
-
-def pair(algo_cls, config, model: ActorCritic) -> tuple[A2C | PPO, DataParallelLearner]:
+def pair(algo_cls, config, model: torch.nn.Module) -> tuple[Any, DataParallelLearner]:
     """The single learner and two gloo learners, both from copies of ``model``."""
     single = algo_cls(copy.deepcopy(model), config)
     parallel = DataParallelLearner(
@@ -113,6 +173,30 @@ def a2c_pair():
 @pytest.fixture(scope="module")
 def ppo_pair():
     single, parallel = pair(PPO, PPO_CONFIG, make_model(1))
+    yield single, parallel
+    parallel.close()
+
+
+@pytest.fixture(scope="module")
+def dqn_pair():
+    torch.manual_seed(2)
+    single, parallel = pair(DQN, DQN_CONFIG, QNetwork(OBS_SHAPE, NUM_ACTIONS, dueling=True))
+    yield single, parallel
+    parallel.close()
+
+
+@pytest.fixture(scope="module")
+def c51_pair():
+    torch.manual_seed(3)
+    q = QNetwork(OBS_SHAPE, NUM_ACTIONS, num_atoms=51, v_min=0.0, v_max=10.0)
+    single, parallel = pair(DQN, DQN_CONFIG, q)
+    yield single, parallel
+    parallel.close()
+
+
+@pytest.fixture(scope="module")
+def impala_pair():
+    single, parallel = pair(IMPALA, IMPALA_CONFIG, make_model(4))
     yield single, parallel
     parallel.close()
 
@@ -136,6 +220,48 @@ def test_two_gloo_learners_make_the_single_learner_update(name, request):
     state = parallel.state_dict()
     assert state["num_updates"] == single.num_updates
     assert state["num_gradient_steps"] == single.num_gradient_steps
+    for key, value in state["model"].items():
+        assert torch.equal(value, parallel.model.state_dict()[key]), key
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("name", ["dqn_pair", "c51_pair"])
+def test_two_gloo_dqn_learners_make_the_single_learner_update(name, weighted, request):
+    """Each learner on half of the transitions (and of the importance weights); the target network
+    is copied after every update (``target_update_interval=1``), so the second update bootstraps
+    from the copy of the first update's parameters."""
+    single, parallel = request.getfixturevalue(name)
+    assert_same_parameters(single.model, parallel.model)  # the same start (or the same past)
+    for update in range(2):
+        batch = transitions(seed=70 + 2 * weighted + update, weighted=weighted)
+        expected = single.update(batch)
+        got = parallel.update(batch)
+        assert_same_parameters(single.model, parallel.model)
+        assert_same_metrics(expected, got)
+        # The new priorities (|TD error|, or C51's cross-entropy), joined in batch order.
+        assert parallel.priorities.shape == single.priorities.shape == (N,)
+        torch.testing.assert_close(parallel.priorities, single.priorities, rtol=1e-4, atol=1e-6)
+    assert parallel.num_updates == single.num_updates
+    state = parallel.state_dict()  # rank 0's: its target network is the single learner's
+    assert state["num_updates"] == single.num_updates
+    for key, value in single.target.state_dict().items():
+        assert torch.allclose(state["target"][key], value, atol=1e-5, rtol=0), key
+        assert torch.equal(state["target"][key], state["model"][f"q_network.{key}"]), key
+
+
+def test_two_gloo_impala_learners_make_the_single_learner_update(impala_pair):
+    single, parallel = impala_pair
+    assert_same_parameters(single.model, parallel.model, atol=0)  # the same start
+    for update in range(2):
+        batch = unrolls(single.model, seed=50 + update)
+        expected = single.update(batch)
+        got = parallel.update(batch)
+        assert_same_parameters(single.model, parallel.model)
+        assert_same_metrics(expected, got)
+    assert expected["charts/clipped_rho_fraction"] > 0  # the clipping was exercised
+    assert parallel.num_updates == single.num_updates == 2
+    state = parallel.state_dict()
+    assert state["num_updates"] == single.num_updates
     for key, value in state["model"].items():
         assert torch.equal(value, parallel.model.state_dict()[key]), key
 
@@ -186,6 +312,16 @@ def test_batch_not_divisible_by_learners_names_the_fix(a2c_pair):
     assert_same_metrics(single.update(rollout), parallel.update(rollout))
 
 
+def test_transitions_not_divisible_by_learners_name_the_fix(dqn_pair):
+    single, parallel = dqn_pair
+    with pytest.raises(ValueError, match=r"N = 31.*multiple of 2"):
+        parallel.update(transitions(seed=60, n=31))
+    # Nothing reached the learners: they go on.
+    batch = transitions(seed=61)
+    assert_same_metrics(single.update(batch), parallel.update(batch))
+    assert_same_parameters(single.model, parallel.model)
+
+
 @pytest.mark.usefixtures("no_gpu")
 def test_cuda_without_gpu_names_cpu():
     factory = functools.partial(A2C, make_model(), A2CConfig())
@@ -204,7 +340,7 @@ def test_single_device_says_use_the_algorithm():
 
 def test_mixed_cpu_and_cuda_is_refused(monkeypatch):
     # Pretend the GPU exists, to reach the check after resolve_device.
-    monkeypatch.setattr(distributed, "resolve_device", lambda name: torch.device(name))
+    monkeypatch.setattr(system, "resolve_device", lambda name: torch.device(name))
     factory = functools.partial(A2C, make_model(), A2CConfig())
     with pytest.raises(ValueError, match="mix cpu and cuda"):
         DataParallelLearner(factory, ("cpu:0", "cuda:0"))
@@ -266,8 +402,7 @@ def test_killed_learner_raises_promptly_and_stops_the_other():
 
 HOLDER = """
 import functools, json, sys, time
-from workbench.algos import A2C, A2CConfig
-from workbench.distributed import DataParallelLearner
+from workbench.learners import A2C, A2CConfig, DataParallelLearner
 from workbench.models import ActorCritic
 learner = DataParallelLearner(
     functools.partial(A2C, ActorCritic((4,), 2), A2CConfig()), ("cpu:0", "cpu:1"), timeout=60

@@ -1,0 +1,232 @@
+"""Specifications of the house itself (``docs/architecture.md``): read from the code's own syntax.
+
+1. Every module of ``workbench/`` is readable in one sitting: at most 500 lines.
+2. No private name crosses a module: no ``from workbench.x import _y``, and no ``obj._name`` where
+   ``_name`` is defined only in other modules of the package.
+3. No import cycle between the package's modules.
+4. No class hierarchy deeper than 2 (a class and its one workbench base).
+5. Arrows go one way: kernels know no learner; learners know no sampler, run, system or screen;
+   the core knows no widget; Ray is imported only by the cluster module and the Ray transports;
+   env-only processes (``envs``, ``seed.env_actors``) never import torch.
+6. Nothing cites a file outside the repository (the design notes that stayed outside it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "workbench"
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in MODULES.items()}
+
+
+def imported_modules(name: str) -> set[str]:
+    """The workbench modules ``name`` imports (anywhere in it, functions included)."""
+    found = set()
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(TREES[name]):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in MODULES else base)
+    return {module for module in found if module in MODULES}
+
+
+def private_defined(tree: ast.AST) -> set[str]:
+    """Private names a module defines: functions, classes, methods, attributes it assigns."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def test_every_module_is_at_most_500_lines():
+    long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert {name: n for name, n in long.items() if n > MAX_LINES} == {}
+
+
+def test_no_private_name_is_imported_from_another_module():
+    offending = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench"):
+                offending += [f"{name}: from {node.module} import {alias.name}" for alias in node.names
+                              if alias.name.startswith("_")]
+    assert offending == []
+
+
+def test_no_private_attribute_crosses_a_module():
+    defined = {name: private_defined(tree) for name, tree in TREES.items()}
+    everywhere = set().union(*defined.values())
+    offending = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in everywhere and node.attr not in defined[name]:
+                offending.append(f"{name}:{node.lineno} .{node.attr}")
+    assert offending == []
+
+
+def test_no_import_cycle():
+    graph = {name: imported_modules(name) for name in MODULES}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    assert cycles == []
+
+
+def test_no_class_hierarchy_deeper_than_two():
+    classes: dict[str, list[str]] = {}  # "module.Class" -> its workbench bases, resolved
+    for name, tree in TREES.items():
+        imported = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench"):
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases = []
+                for base in node.bases:
+                    if isinstance(base, ast.Name):
+                        bases.append(imported.get(base.id, f"{name}.{base.id}"))
+                classes[f"{name}.{node.name}"] = bases
+
+    def resolve(qualified: str) -> str | None:
+        if qualified in classes:
+            return qualified
+        module, _, attr = qualified.rpartition(".")  # re-exported by a package's __init__
+        for candidate, _ in classes.items():
+            if candidate.endswith(f".{attr}") and candidate.startswith(module):
+                return candidate
+        return None
+
+    def depth(cls: str) -> int:
+        bases = [resolved for resolved in map(resolve, classes[cls]) if resolved is not None]
+        return 1 + max((depth(base) for base in bases), default=0)
+
+    assert {cls: depth(cls) for cls in classes if depth(cls) > 2} == {}
+
+
+LAYERS = {
+    "workbench.kernels": ("workbench.learners", "workbench.sampling", "workbench.runs", "workbench.apex",
+                          "workbench.seed", "workbench.lab", "workbench.replay"),
+    "workbench.learners": ("workbench.sampling", "workbench.runs", "workbench.apex", "workbench.seed",
+                           "workbench.lab"),
+    "workbench.replay": ("workbench.learners", "workbench.sampling", "workbench.runs", "workbench.apex",
+                         "workbench.seed", "workbench.lab"),
+    "workbench.sampling": ("workbench.learners", "workbench.runs", "workbench.apex", "workbench.seed",
+                           "workbench.lab"),
+    "workbench.runs": ("workbench.apex", "workbench.seed", "workbench.lab"),
+    "workbench.apex": ("workbench.seed", "workbench.lab", "workbench.sampling"),
+    "workbench.seed": ("workbench.lab", "workbench.sampling"),
+    "workbench.envs": ("workbench.models", "workbench.learners", "workbench.kernels"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_arrows_go_one_way(layer):
+    offending = []
+    for name in MODULES:
+        if name == layer or name.startswith(layer + "."):
+            for target in imported_modules(name):
+                if any(target == banned or target.startswith(banned + ".") for banned in LAYERS[layer]):
+                    offending.append(f"{name} -> {target}")
+    assert offending == []
+
+
+def test_the_core_knows_no_widget():
+    offending = []
+    for name, tree in TREES.items():
+        if name.startswith("workbench.lab"):
+            continue
+        for node in ast.walk(tree):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offending += [f"{name}: {m}" for m in modules if m.split(".")[0] in ("ipywidgets", "plotly", "IPython")]
+    assert offending == []
+
+
+def test_ray_is_imported_only_by_the_cluster_module_and_the_ray_transports():
+    allowed = {"workbench.cluster", "workbench.apex.transports.ray", "workbench.seed.transports.ray",
+               "workbench.seed.transports.ray_server"}
+    offending = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m == "ray" or m.startswith("ray.") for m in modules) and name not in allowed:
+                offending.append(name)
+    assert offending == []
+
+
+@pytest.mark.parametrize("module", ["workbench.envs", "workbench.seed.env_actors", "workbench.seed.transports",
+                                   "workbench.processes", "workbench.cluster"])
+def test_env_only_modules_never_import_torch(module):
+    code = f"import sys, json, {module}; print(json.dumps('torch' in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert json.loads(result.stdout) is False
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    outside = ("DESIGN.md", "NOTES.md", "STYLE.md")
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "notebooks").glob("*.ipynb"), ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    citing = defaultdict(list)
+    for path in files:
+        if path == Path(__file__):
+            continue
+        text = path.read_text()
+        for name in outside:
+            if name in text:
+                citing[str(path.relative_to(ROOT))].append(name)
+    assert dict(citing) == {}

@@ -82,8 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def table_row(result) -> str:
     return (
-        f"{result.num_actors:>7}{result.transitions_per_second:>15,.0f}{result.env_steps_per_second:>13,.0f}"
-        f"{result.updates_per_second:>11,.0f}{result.samples_per_second:>11,.0f}{result.replay_ratio:>20.1f}"
+        f"{result.num_actors:>7}{result.transitions_per_second:>15,.0f}"
+        f"{result.env_steps_per_second:>13,.0f}{result.updates_per_second:>11,.0f}"
+        f"{result.samples_per_second:>11,.0f}{result.replay_ratio:>20.1f}"
         f"{result.warmup_seconds:>11.1f}{result.seconds:>12.1f}"
     )
 
@@ -91,6 +92,7 @@ def table_row(result) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
+
     from workbench.apex.transports import local as local_transport
     from workbench.budget import budget_name
     from workbench.lab import apex_studies

@@ -86,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def table_row(row) -> str:
     seed, impala = row.seed, row.impala
     return (
-        f"{row.num_actors:>7}{seed.steps_per_second:>14,.0f}{impala.steps_per_second:>16,.0f}{row.ratio:>7.2f}"
+        f"{row.num_actors:>7}{seed.steps_per_second:>14,.0f}{impala.steps_per_second:>16,.0f}"
+        f"{row.ratio:>7.2f}"
         f"{seed.latency.get('latency_p50_ms', float('nan')):>13.2f}"
         f"{seed.latency.get('latency_p99_ms', float('nan')):>13.2f}"
         f"{seed.latency.get('mean_batch_size', float('nan')):>12.1f}"

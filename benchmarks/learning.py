@@ -32,8 +32,7 @@ import time
 import record  # this folder is sys.path[0] when the script runs
 
 # Idle OpenMP threads must sleep, not spin on the cores the envs need (measured on the 2-core
-# machine: +20-28% end to end); set before
-# anything imports torch (samplers' workers inherit it).
+# machine: +20-28% end to end); set before anything imports torch (samplers' workers inherit it).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -116,12 +115,8 @@ class Curve:
     of the run is always kept: ``finish``), with progress lines every ``log_every`` seconds."""
 
     def __init__(self, *, frameskip: int, every: float, log_every: float, prefix: str) -> None:
-        self.frameskip, self.every, self.log_every, self.prefix = (
-            frameskip,
-            every,
-            log_every,
-            prefix,
-        )
+        self.frameskip, self.every = frameskip, every
+        self.log_every, self.prefix = log_every, prefix
         self.points: list[dict] = []
         self.last: dict | None = None
         self._next_log = log_every if log_every > 0 else None
@@ -148,6 +143,7 @@ class Curve:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
+
     from workbench.envs import AtariOptions, is_atari
     from workbench.system import machine_info
 
@@ -210,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             stopped = result["stopped"] if result else "interrupted"
             shown = f"{steps:,}" if steps is not None else "not reached"
             print(
-                f"{name:<16}{seed:>5}{recipe.target_return:>9g}{recipe.total_steps:>11,}{shown:>17}{seconds:>9.1f}"
+                f"{name:<16}{seed:>5}{recipe.target_return:>9g}{recipe.total_steps:>11,}"
+                f"{shown:>17}{seconds:>9.1f}"
                 f"  {stopped}",
                 flush=True,
             )

@@ -38,9 +38,9 @@ import sys
 import time
 
 import numpy as np
-from workbench.replay import ArrayStorage, FrameStorage, PrioritizedReplay
-
 import record  # this folder is sys.path[0] when the script runs
+
+from workbench.replay import ArrayStorage, FrameStorage, PrioritizedReplay
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -281,10 +281,8 @@ def measure_atari(args, seconds: float, rng: np.random.Generator) -> dict:
         "n_step": 3,
         "storage_bytes_per_transition": storage.nbytes / args.atari_capacity,
         "replay_bytes_per_transition": per_transition,
-        "obs_and_next_obs_bytes_per_transition": 2 * stack
-        + 8
-        + 4
-        + 4,  # + action, return, discount
+        # two stacks, plus the action, the return and the discount
+        "obs_and_next_obs_bytes_per_transition": 2 * stack + 8 + 4 + 4,
         "add_transitions_per_second": adds * T * B / add_seconds,
         "sample_update_batches_per_second": batches / learn_seconds,
         "sample_update_transitions_per_second": batches * args.batch / learn_seconds,

@@ -99,7 +99,8 @@ HEADER = f"{'':2}{'measurement':<44}{'steps/s':>9}{'frames/s':>10}{'env':>6}{'in
 def row(measured) -> str:
     fractions = measured.stage_fractions()
     return (
-        f"{'':2}{measured.label:<44}{measured.steps_per_second:>9,.0f}{measured.frames_per_second:>10,.0f}"
+        f"{'':2}{measured.label:<44}{measured.steps_per_second:>9,.0f}"
+        f"{measured.frames_per_second:>10,.0f}"
         f"{fractions['env']:>6.2f}{fractions['inference']:>6.2f}{fractions['wait']:>6.2f}"
     )
 
@@ -120,6 +121,7 @@ def best_of(repeats: int, measure):
 def measure_game(game: str, *, seconds: float, horizon: int, cores: int, repeats: int) -> dict:
     """Every measurement for one game; returns them with the best sampler and the ratios."""
     import torch
+
     from workbench.envs import env_spaces
     from workbench.lab import baselines, throughput
     from workbench.models import ActorCritic
@@ -253,6 +255,7 @@ def ratios_line(ratios: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # after OMP_WAIT_POLICY is set
+
     from workbench.budget import budget_name
     from workbench.system import machine_info
 

@@ -132,9 +132,8 @@ def _result(
     from workbench.lab.throughput import Throughput
 
     rate = steps / seconds if seconds > 0 else 0.0
-    frameskip = (
-        AtariOptions.frameskip if is_atari(env_id) else 1
-    )  # the preprocessing both sides use
+    # the preprocessing both sides use
+    frameskip = AtariOptions.frameskip if is_atari(env_id) else 1
     return Throughput(
         label=label,
         steps_per_second=rate,
@@ -175,6 +174,7 @@ def plain_loop(
     import numpy as np
     import torch
     from torch import nn
+
     from workbench.lab.baselines import make_preprocessed_env
     from workbench.models import ActorCritic
 
@@ -359,6 +359,7 @@ def measure_run(
     to a temporary folder, removed afterwards.
     """
     import torch
+
     from workbench.envs import env_spaces
     from workbench.learners import PPO
     from workbench.models import ActorCritic
@@ -451,8 +452,9 @@ def row(measured) -> str:
     n = max(1, measured.details["iterations"])
     per = {k: v / n for k, v in measured.stages.items()}
     return (
-        f"{'':2}{measured.label:<58}{measured.steps_per_second:>8,.0f}{measured.frames_per_second:>9,.0f}"
-        f"{per['total']:>7.2f}{per['env']:>6.2f}{per['inference']:>6.2f}{per['learn']:>6.2f}{per['wait']:>6.2f}"
+        f"{'':2}{measured.label:<58}{measured.steps_per_second:>8,.0f}"
+        f"{measured.frames_per_second:>9,.0f}{per['total']:>7.2f}{per['env']:>6.2f}"
+        f"{per['inference']:>6.2f}{per['learn']:>6.2f}{per['wait']:>6.2f}"
     )
 
 
@@ -566,6 +568,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # noqa: F401  (after OMP_WAIT_POLICY is set)
+
     from workbench.budget import budget_name
     from workbench.lab.throughput import torch_threads
     from workbench.system import machine_info, resolve_device

@@ -37,6 +37,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 export PATH="$venv/bin:$PATH"
 # Idle OpenMP threads must sleep, not spin: they would steal the cores that env workers need
-# (NOTES.md: +20-28% end to end; with ACTIVE a sampler collapsed to a few dozen steps/s).
+# (measured on 2 cores: +20-28% end to end; with ACTIVE a sampler collapsed to a few dozen steps/s).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 cd "$repo"

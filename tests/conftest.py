@@ -9,7 +9,8 @@ import torch
 @pytest.fixture
 def one_thread():
     """One torch thread in this process for the test: samplers' workers and learners get the other
-    core, and a busy 2-core machine does not oversubscribe (NOTES.md)."""
+    core, and a busy 2-core machine does not oversubscribe (two busy threads on one core run
+    slower than one)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -26,7 +27,8 @@ def no_gpu(monkeypatch):
 
 def pytest_sessionstart(session):
     """Python's own SIGINT handler, whatever the launcher left: a shell that starts the suite in the
-    background (``cmd &``) hands it SIGINT ignored, and the Ctrl-C tests need the handler a kernel has."""
+    background (``cmd &``) hands it SIGINT ignored, and the Ctrl-C tests need the handler a kernel
+    has."""
     import signal
 
     signal.signal(signal.SIGINT, signal.default_int_handler)

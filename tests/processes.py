@@ -33,7 +33,8 @@ def live_children() -> set[int]:
     pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+            command = " ".join(child.cmdline())
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in command:
                 pids.add(child.pid)
         except psutil.NoSuchProcess:
             pass

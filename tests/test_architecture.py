@@ -46,7 +46,9 @@ def imported_modules(name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + [base]
+                ).strip(".")
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
                 found.add(candidate if candidate in MODULES else base)
@@ -78,8 +80,11 @@ def test_no_private_name_is_imported_from_another_module():
     for name, tree in TREES.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench"):
-                offending += [f"{name}: from {node.module} import {alias.name}" for alias in node.names
-                              if alias.name.startswith("_")]
+                offending += [
+                    f"{name}: from {node.module} import {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_")
+                ]
     assert offending == []
 
 
@@ -89,7 +94,11 @@ def test_no_private_attribute_crosses_a_module():
     offending = []
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in everywhere and node.attr not in defined[name]:
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in everywhere
+                and node.attr not in defined[name]
+            ):
                 offending.append(f"{name}:{node.lineno} .{node.attr}")
     assert offending == []
 
@@ -158,14 +167,37 @@ def test_no_class_hierarchy_deeper_than_two():
 
 
 LAYERS = {
-    "workbench.kernels": ("workbench.learners", "workbench.sampling", "workbench.runs", "workbench.apex",
-                          "workbench.seed", "workbench.lab", "workbench.replay"),
-    "workbench.learners": ("workbench.sampling", "workbench.runs", "workbench.apex", "workbench.seed",
-                           "workbench.lab"),
-    "workbench.replay": ("workbench.learners", "workbench.sampling", "workbench.runs", "workbench.apex",
-                         "workbench.seed", "workbench.lab"),
-    "workbench.sampling": ("workbench.learners", "workbench.runs", "workbench.apex", "workbench.seed",
-                           "workbench.lab"),
+    "workbench.kernels": (
+        "workbench.learners",
+        "workbench.sampling",
+        "workbench.runs",
+        "workbench.apex",
+        "workbench.seed",
+        "workbench.lab",
+        "workbench.replay",
+    ),
+    "workbench.learners": (
+        "workbench.sampling",
+        "workbench.runs",
+        "workbench.apex",
+        "workbench.seed",
+        "workbench.lab",
+    ),
+    "workbench.replay": (
+        "workbench.learners",
+        "workbench.sampling",
+        "workbench.runs",
+        "workbench.apex",
+        "workbench.seed",
+        "workbench.lab",
+    ),
+    "workbench.sampling": (
+        "workbench.learners",
+        "workbench.runs",
+        "workbench.apex",
+        "workbench.seed",
+        "workbench.lab",
+    ),
     "workbench.runs": ("workbench.apex", "workbench.seed", "workbench.lab"),
     "workbench.apex": ("workbench.seed", "workbench.lab", "workbench.sampling"),
     "workbench.seed": ("workbench.lab", "workbench.sampling"),
@@ -179,7 +211,9 @@ def test_arrows_go_one_way(layer):
     for name in MODULES:
         if name == layer or name.startswith(layer + "."):
             for target in imported_modules(name):
-                if any(target == banned or target.startswith(banned + ".") for banned in LAYERS[layer]):
+                if any(
+                    target == banned or target.startswith(banned + ".") for banned in LAYERS[layer]
+                ):
                     offending.append(f"{name} -> {target}")
     assert offending == []
 
@@ -190,37 +224,71 @@ def test_the_core_knows_no_widget():
         if name.startswith("workbench.lab"):
             continue
         for node in ast.walk(tree):
-            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offending += [f"{name}: {m}" for m in modules if m.split(".")[0] in ("ipywidgets", "plotly", "IPython")]
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offending += [
+                f"{name}: {m}"
+                for m in modules
+                if m.split(".")[0] in ("ipywidgets", "plotly", "IPython")
+            ]
     assert offending == []
 
 
 def test_ray_is_imported_only_by_the_cluster_module_and_the_ray_transports():
-    allowed = {"workbench.cluster", "workbench.apex.transports.ray", "workbench.seed.transports.ray",
-               "workbench.seed.transports.ray_server"}
+    allowed = {
+        "workbench.cluster",
+        "workbench.apex.transports.ray",
+        "workbench.seed.transports.ray",
+        "workbench.seed.transports.ray_server",
+    }
     offending = []
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any(m == "ray" or m.startswith("ray.") for m in modules) and name not in allowed:
                 offending.append(name)
     assert offending == []
 
 
-@pytest.mark.parametrize("module", ["workbench.envs", "workbench.seed.env_actors", "workbench.seed.transports",
-                                   "workbench.processes", "workbench.cluster"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "workbench.envs",
+        "workbench.seed.env_actors",
+        "workbench.seed.transports",
+        "workbench.processes",
+        "workbench.cluster",
+    ],
+)
 def test_env_only_modules_never_import_torch(module):
     code = f"import sys, json, {module}; print(json.dumps('torch' in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert json.loads(result.stdout) is False
 
 
 def test_nothing_cites_a_file_outside_the_repository():
     outside = ("DESIGN.md", "NOTES.md", "STYLE.md")
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
-             *(ROOT / "notebooks").glob("*.ipynb"), ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    files = [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+        *(ROOT / "notebooks").glob("*.ipynb"),
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+    ]
     citing = defaultdict(list)
     for path in files:
         if path == Path(__file__):

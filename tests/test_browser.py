@@ -3,8 +3,7 @@
 The module's fixture starts ``jupyter lab`` (this environment's) on a temporary copy of
 ``notebooks/``, with ``WORKBENCH_BUDGET=ci`` and the runs written to a temporary folder, opens
 ``03_a2c_ppo_large_batch.ipynb`` in Debian's chromium, and runs its cells from the top through the
-one marked ``# live panel``, which starts a run and shows its
-:class:`workbench.lab.run_panel.RunPanel`.
+one marked ``# live panel``, which starts a run and shows its ``workbench.lab.run_panel.RunPanel``.
 The cells after it are not run: an executing cell holds back the widgets' messages, and the next
 one waits for the run to end.
 
@@ -28,7 +27,6 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-
 from browser import CHROMIUM, Browser, Lab, NotebookPage, code_cell_indices, describe, metrics_rows
 from processes import wait_gone
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import live_children, wait_gone
+
 from workbench.lab import central_inference as study
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
-
-from processes import live_children, wait_gone
 
 ENV = "CartPole-v1"
 

@@ -35,6 +35,8 @@ from typing import Any
 
 import pytest
 import torch
+from processes import running, wait_gone
+
 from workbench import system
 from workbench.learners import (
     A2C,
@@ -50,8 +52,6 @@ from workbench.learners import (
 from workbench.models import ActorCritic, QNetwork
 from workbench.rollout import Rollout
 from workbench.sampling import SerialSampler
-
-from processes import running, wait_gone
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2

@@ -10,6 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+
 from workbench.learners import DDPG, DDPGConfig, ReplayAgent
 from workbench.models import ContinuousQ, DeterministicPolicy
 from workbench.rollout import Rollout

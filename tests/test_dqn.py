@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+
 from workbench.kernels import linear_schedule
 from workbench.learners import DQN, DQNConfig, ReplayAgent
 from workbench.models import QNetwork

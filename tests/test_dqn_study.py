@@ -1,6 +1,7 @@
 """Specifications for notebook 05's experiments: the DQN family as one-line changes to plain DQN
-(``recipes.DQN_VARIANTS``, ``recipes.dqn_variant``), ``experiments.dqn_variants_study`` and the
-large-batch ``experiments.dqn_batch_study`` (learning rate scaled, replay ratio held)."""
+(``runs.recipes.DQN_VARIANTS``, ``runs.recipes.dqn_variant``),
+``lab.dqn_studies.dqn_variants_study`` and the large-batch ``lab.dqn_studies.dqn_batch_study``
+(learning rate scaled, replay ratio held)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ import math
 
 import pytest
 
-from workbench import experiments
-from workbench.algos.dqn import DQNConfig
-from workbench.recipes import DQN_BASE, DQN_VARIANTS, MODEL_OPTIONS, RECIPES, dqn_variant
+from workbench.lab import dqn_studies
+from workbench.learners import DQNConfig
+from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, MODEL_OPTIONS, RECIPES, dqn_variant
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def differences(recipe) -> dict:
     """What ``recipe`` changes in ``DQN_BASE``: config fields and model options, by name."""
-    changed = {f.name: getattr(recipe.config, f.name) for f in dataclasses.fields(DQNConfig)
-               if getattr(recipe.config, f.name) != getattr(DQN_BASE.config, f.name)}
+    changed = {
+        f.name: getattr(recipe.config, f.name)
+        for f in dataclasses.fields(DQNConfig)
+        if getattr(recipe.config, f.name) != getattr(DQN_BASE.config, f.name)
+    }
     base_model, model = dict(DQN_BASE.model_options), dict(recipe.model_options)
     changed.update({key: value for key, value in model.items() if base_model.get(key) != value})
     return changed
@@ -32,7 +36,10 @@ def test_the_base_is_plain_dqn():
     assert not model.dueling and model.num_atoms == 1
     # the sizes are the dqn-cartpole recipe's: only the extensions are off
     recipe = RECIPES["dqn-cartpole"]
-    assert dataclasses.replace(c, n_step=recipe.config.n_step, double=recipe.config.double) == recipe.config
+    assert (
+        dataclasses.replace(c, n_step=recipe.config.n_step, double=recipe.config.double)
+        == recipe.config
+    )
 
 
 @pytest.mark.parametrize("label", list(DQN_VARIANTS))
@@ -70,11 +77,14 @@ def test_an_unknown_change_names_the_valid_ones():
 
 def test_the_variants_study_runs_each_variant_with_its_changes(tmp_path):
     variants = {"DQN": {}, "+ double": {"double": True}}
-    curves = experiments.dqn_variants_study(variants, total_steps=1_600, seed=3, runs_dir=str(tmp_path),
-                                            progress=False)
+    curves = dqn_studies.dqn_variants_study(
+        variants, total_steps=1_600, seed=3, runs_dir=str(tmp_path), progress=False
+    )
     assert [curve.label for curve in curves] == list(variants)
     for curve, changes in zip(curves, variants.values()):
-        assert curve.settings["changes"] == changes and curve.returns and curve.env_steps[-1] <= 1_600
+        assert (
+            curve.settings["changes"] == changes and curve.returns and curve.env_steps[-1] <= 1_600
+        )
         # 0.5 updates per env step once learning_starts (1,000) steps are in: about 300
         assert 250 <= curve.settings["updates"] <= 320, curve.settings["updates"]
         assert curve.settings["steps_to_target"] == curve.steps_to(475.0)
@@ -85,25 +95,44 @@ def test_the_variants_study_runs_each_variant_with_its_changes(tmp_path):
 def test_the_batch_study_scales_the_learning_rate_and_holds_the_replay_ratio(tmp_path, rule):
     recipe = RECIPES["dqn-cartpole"]
     base = recipe.config
-    results = experiments.dqn_batch_study([32, 128], total_steps=1_024, scale_rule=rule, seed=0,
-                                          runs_dir=str(tmp_path), progress=False, learning_starts=256)
+    results = dqn_studies.dqn_batch_study(
+        [32, 128],
+        total_steps=1_024,
+        scale_rule=rule,
+        seed=0,
+        runs_dir=str(tmp_path),
+        progress=False,
+        learning_starts=256,
+    )
     for result in results:
         k = result.batch_size / base.batch_size
-        assert result.learning_rate == pytest.approx(base.learning_rate * (math.sqrt(k) if rule == "sqrt" else k))
+        assert result.learning_rate == pytest.approx(
+            base.learning_rate * (math.sqrt(k) if rule == "sqrt" else k)
+        )
         assert result.replay_ratio == base.replay_ratio
         assert result.target_update_interval == round(base.target_update_interval / k)
         # learning starts with the collect that reaches step 256: 1,024 - 224 steps owe updates
         assert result.trained_env_steps == 1_024 - 224
-        assert result.updates == math.floor(result.trained_env_steps * base.replay_ratio / result.batch_size)
+        assert result.updates == math.floor(
+            result.trained_env_steps * base.replay_ratio / result.batch_size
+        )
         assert abs(result.updates - result.expected_updates) < 1
         assert result.learn_seconds > 0 and result.samples_per_second == pytest.approx(
-            result.updates_per_second * result.batch_size)
+            result.updates_per_second * result.batch_size
+        )
     assert results[0].updates == 4 * results[1].updates  # a 4x batch: 4x fewer gradient steps
 
 
 def test_the_batch_study_can_keep_the_learning_rate_and_set_the_replay_ratio(tmp_path):
-    (result,) = experiments.dqn_batch_study([128], total_steps=512, scale_rule=None, replay_ratio=8.0,
-                                            runs_dir=str(tmp_path), progress=False, learning_starts=128)
+    (result,) = dqn_studies.dqn_batch_study(
+        [128],
+        total_steps=512,
+        scale_rule=None,
+        replay_ratio=8.0,
+        runs_dir=str(tmp_path),
+        progress=False,
+        learning_starts=128,
+    )
     assert result.learning_rate == RECIPES["dqn-cartpole"].config.learning_rate
     # at step 128 the replay holds 4 envs x (32 - 2) completed 3-step windows, fewer than a batch:
     # learning starts one collect later, with the collect that ends at step 160
@@ -113,4 +142,4 @@ def test_the_batch_study_can_keep_the_learning_rate_and_set_the_replay_ratio(tmp
 
 def test_the_batch_study_rejects_a_batch_that_is_not_a_positive_int(tmp_path):
     with pytest.raises(ValueError, match="positive ints"):
-        experiments.dqn_batch_study([0], total_steps=64, runs_dir=str(tmp_path), progress=False)
+        dqn_studies.dqn_batch_study([0], total_steps=64, runs_dir=str(tmp_path), progress=False)

@@ -313,7 +313,8 @@ def test_async_every_env_id_comes_back_over_a_few_steps() -> None:
 
 
 def test_async_reset_twice_works_and_prints_no_illegal_instruction(capfd) -> None:
-    # ale_py's AtariVectorEnv crashes when reset over batches still in flight; VectorEnv drains them.
+    # ale_py's AtariVectorEnv crashes when reset over batches still in flight; VectorEnv drains
+    # them.
     with make_vector_env(PONG, 8, batch_size=4, seed=0) as env:
         env.reset(seed=1)  # right after the reset in make_vector_env
         for _ in range(3):
@@ -369,7 +370,9 @@ def test_unknown_atari_option_is_named_along_with_the_known_ones() -> None:
 
 def test_reset_with_the_wrong_number_of_seeds_says_how_many_it_needs() -> None:
     with make_vector_env(CARTPOLE, 2) as env:
-        with pytest.raises(ValueError, match="reset got 3 seeds for 2 envs.*exactly one seed per env"):
+        with pytest.raises(
+            ValueError, match="reset got 3 seeds for 2 envs.*exactly one seed per env"
+        ):
             env.reset(seed=[1, 2, 3])
 
 
@@ -432,7 +435,9 @@ def test_hide_velocity_keeps_cart_position_and_pole_angle() -> None:
         np.testing.assert_array_equal(obs_hidden, obs_full[[0, 2]])
         obs_full, *_ = full.step(action)
         obs_hidden, *_ = hidden.step(action)
-    np.testing.assert_array_equal(HideVelocity(gym.make(CARTPOLE)).observation(obs_full), obs_full[[0, 2]])
+    np.testing.assert_array_equal(
+        HideVelocity(gym.make(CARTPOLE)).observation(obs_full), obs_full[[0, 2]]
+    )
 
 
 def test_cartpole_no_velocity_runs_in_make_vector_env() -> None:

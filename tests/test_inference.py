@@ -17,6 +17,8 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from processes import live_children, wait_gone
+
 from workbench.models import ActorCritic
 from workbench.seed.env_actors import (
     EPISODE_DONE,
@@ -34,8 +36,6 @@ from workbench.seed.env_actors import (
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
 from workbench.seed.transports.serial import SerialActors
-
-from processes import live_children, wait_gone
 
 HOLDER = Path(__file__).parent / "scripts" / "hold_seed.py"
 
@@ -78,10 +78,8 @@ def test_recurrent_state_is_kept_per_slot_and_reset_when_an_episode_starts():
     none = np.zeros(2, np.uint8)
     assert server.infer(np.array([0, 1]), obs, reward, none).tolist() == [1, 1]
     assert server.infer(np.array([0, 2]), obs, reward, none).tolist() == [2, 1]
-    assert server.infer(np.array([1, 0]), obs, reward, np.array([0, FIRST], np.uint8)).tolist() == [
-        2,
-        1,
-    ]
+    starts = np.array([0, FIRST], np.uint8)  # slot 0 starts an episode: its state resets
+    assert server.infer(np.array([1, 0]), obs, reward, starts).tolist() == [2, 1]
     server.restart(np.array([1]))
     assert server.infer(np.array([1]), obs[:1], reward[:1], none[:1]).tolist() == [1]
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from torch import nn
+
 from workbench.models import MLP, ActorCritic, NatureCNN, QNetwork, make_trunk
 
 ATARI = (4, 84, 84)

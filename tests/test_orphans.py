@@ -1,5 +1,6 @@
 """Every worker dies with its parent: a killed kernel (SIGKILL) or an interrupted cell leaves no
-process behind, and no file in /dev/shm (DESIGN.md, "Processes, and how they end").
+process behind, and no file in /dev/shm (``workbench.processes``: every child process dies with
+its parent).
 
 Each test starts ``tests/scripts/hold_sampler.py`` in its own Python process (a stand-in for a
 Jupyter kernel) holding a BatchedSampler and a ParallelSampler with live workers, ends that process
@@ -26,10 +27,6 @@ HOLDER = Path(__file__).parent / "scripts" / "hold_sampler.py"
 SHM = Path("/dev/shm")
 GONE_WITHIN = 5.0  # seconds
 START_WITHIN = 120.0  # seconds for the holder to start its samplers (2 slow cores, shared)
-
-
-
-
 
 
 def shm_paths_in_use(pids: list[int]) -> set[str]:
@@ -74,14 +71,18 @@ class Holder:
         self.workers = self.info["batched"] + self.info["parallel"]
         assert len(self.workers) == 4 and all(running([pid]) for pid in self.workers)
         # Everything it started, workers and multiprocessing's resource tracker included.
-        self.descendants = [p.pid for p in psutil.Process(self.process.pid).children(recursive=True)]
+        self.descendants = [
+            p.pid for p in psutil.Process(self.process.pid).children(recursive=True)
+        ]
         assert set(self.workers) <= set(self.descendants)
         self.shm_in_use = shm_paths_in_use([self.process.pid, *self.descendants])
         return self
 
     def read_line(self) -> str:
         box = []
-        reader = threading.Thread(target=lambda: box.append(self.process.stdout.readline()), daemon=True)
+        reader = threading.Thread(
+            target=lambda: box.append(self.process.stdout.readline()), daemon=True
+        )
         reader.start()
         reader.join(START_WITHIN)
         if not box or not box[0]:
@@ -115,7 +116,9 @@ class Holder:
         left = wait_gone(self.descendants, GONE_WITHIN)
         assert left == [], f"processes outlived their parent: {describe(left)}"
         # Shared memory: what the processes used was unlinked, and nothing new names them.
-        still_there = sorted(p.removesuffix(" (deleted)") for p in self.shm_in_use if not p.endswith(" (deleted)"))
+        still_there = sorted(
+            p.removesuffix(" (deleted)") for p in self.shm_in_use if not p.endswith(" (deleted)")
+        )
         assert [p for p in still_there if os.path.exists(p)] == []
         ours = {str(pid) for pid in [self.process.pid, *self.descendants]}
         new = set(os.listdir(SHM)) - self.shm_before if SHM.is_dir() else set()

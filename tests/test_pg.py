@@ -19,6 +19,7 @@ import time
 
 import pytest
 import torch
+
 from workbench.kernels import (
     clipped_policy_loss,
     explained_variance,

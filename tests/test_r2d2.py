@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from workbench.kernels import sequence_priority
 from workbench.learners import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
 from workbench.models import RecurrentQNetwork

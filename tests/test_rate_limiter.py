@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from workbench.replay import RateLimiter
 
 # --- warm-up ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+
 from workbench.kernels import nstep_targets
 from workbench.replay import (
     ArrayStorage,

@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+
 from workbench.kernels import (
     GAEReturns,
     VTraceReturns,

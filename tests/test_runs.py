@@ -12,6 +12,7 @@ Also the shared parts of every run kind seen through ``Run``: the four limits
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import torch
 from workbench import sampling
 from workbench.learners import PPO, PPOConfig, move_optimizer_state
 from workbench.models import ActorCritic
-from workbench.runs import Run, RunConfig, RunSettings, load_metrics
+from workbench.runs import Limits, Run, RunConfig, RunSettings, load_metrics
 from workbench.runs.recipes import RECIPES
 
 CARTPOLE = "CartPole-v1"
@@ -46,6 +47,18 @@ ROW_KEYS = {
     "losses/policy",  # the algorithm's own metrics come along
     "charts/learning_rate",
 }
+SHARED_KEYS = {  # every metric row of every run kind (runs.lifecycle)
+    "charts/iteration",
+    "charts/env_steps",
+    "charts/updates",
+    "charts/wall_seconds",
+    "charts/steps_per_second",
+    "charts/updates_per_second",
+    "charts/episodes",
+    "charts/total_episodes",
+    "charts/mean_return",
+}
+RETURN_WINDOW = 20  # episodes in charts/mean_return
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -53,19 +66,39 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 def make_algo(seed: int = 0, **config) -> PPO:
     torch.manual_seed(seed)
-    return PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2, **config), seed=seed)
+    return PPO(
+        ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2, **config), seed=seed
+    )
 
 
 def small_settings(**values) -> RunSettings:
     """B=4 envs x T=16 steps, 2 minibatches of 32."""
-    return RunSettings(**{"num_actors": 1, "num_envs": 4, "horizon": 16, "minibatch_size": 32, **values})
+    return RunSettings(
+        **{"num_actors": 1, "num_envs": 4, "horizon": 16, "minibatch_size": 32, **values}
+    )
 
 
-def make_run(tmp_path, *, iterations: int = 4, algo=None, settings=None, sampler="serial",
-             sampler_options=None, **config) -> Run:
-    config = RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path), name="test", **config)
-    return Run(CARTPOLE, algo or make_algo(), sampler=sampler, settings=settings or small_settings(),
-               config=config, sampler_options=sampler_options)
+def make_run(
+    tmp_path,
+    *,
+    iterations: int = 4,
+    algo=None,
+    settings=None,
+    sampler="serial",
+    sampler_options=None,
+    **config,
+) -> Run:
+    config = RunConfig(
+        total_steps=iterations * STEPS, runs_dir=str(tmp_path), name="test", **config
+    )
+    return Run(
+        CARTPOLE,
+        algo or make_algo(),
+        sampler=sampler,
+        settings=settings or small_settings(),
+        config=config,
+        sampler_options=sampler_options,
+    )
 
 
 def wait_until(predicate, timeout: float = 60.0) -> None:
@@ -140,7 +173,9 @@ def test_a_sync_run_writes_a_header_then_one_row_per_iteration(tmp_path):
         else:
             assert "charts/episode_return" not in row
     assert any("charts/episode_return" in row for row in rows)
-    assert [r["charts/env_steps"] for r in iteration_rows(run)] == [r["charts/env_steps"] for r in rows]
+    assert [r["charts/env_steps"] for r in iteration_rows(run)] == [
+        r["charts/env_steps"] for r in rows
+    ]
     assert run.checkpoint_path.is_file()  # written when the run finished
 
     with pytest.raises(FileExistsError, match="from_checkpoint"):
@@ -159,6 +194,83 @@ def test_callback_errors_are_reported_and_not_fatal(tmp_path):
     run.run()
     assert run.status == "finished" and len(seen) == 3
     assert len(run.callback_errors) == 3 and "widget bug" in run.callback_errors[0]
+
+
+def test_a_learner_without_to_is_refused_naming_what_it_lacks(tmp_path):
+    class NoTo:
+        def __init__(self) -> None:
+            self.inner = make_algo()
+            self.model = self.inner.model
+            self.update, self.state_dict = self.inner.update, self.inner.state_dict
+            self.load_state_dict = self.inner.load_state_dict
+
+    with pytest.raises(TypeError, match=r"lacks \['to'\].*to\(device\)"):
+        make_run(tmp_path, algo=NoTo())
+
+
+# --- the shared row schema and the four limits ----------------------------------------------------
+
+
+def test_every_metric_row_carries_the_shared_keys(tmp_path):
+    run = make_run(tmp_path, iterations=12).run()
+    _, rows = load_metrics(run.dir)
+    assert len(rows) == 12
+    shared = [{key: row[key] for key in SHARED_KEYS} for row in iteration_rows(run)]
+    assert [{key: row[key] for key in SHARED_KEYS} for row in rows] == shared  # file = memory
+    total = 0
+    for i, row in enumerate(rows, start=1):
+        assert set(row) >= SHARED_KEYS, SHARED_KEYS - set(row)
+        assert row["charts/iteration"] == i == row["charts/updates"]
+        assert row["charts/env_steps"] == i * STEPS
+        assert row["charts/steps_per_second"] > 0 and row["charts/updates_per_second"] > 0
+        total += row["charts/episodes"]
+        assert row["charts/total_episodes"] == total
+        if total < RETURN_WINDOW:
+            assert row["charts/mean_return"] is None
+        else:
+            assert row["charts/mean_return"] > 0
+    assert total >= RETURN_WINDOW, "the test needs 20 episodes to end (CartPole, random policy)"
+    walls = [row["charts/wall_seconds"] for row in rows]
+    assert walls == sorted(walls) and walls[0] > 0
+
+
+@pytest.mark.parametrize(
+    "limit, value, ended_by",
+    [
+        ("env_steps", 3 * STEPS, "env_steps"),
+        ("updates", 3, "updates"),
+        ("seconds", 1.0, "seconds"),
+        ("target_return", 0.0, "target"),
+    ],
+)
+def test_each_limit_ends_the_run_and_names_itself(tmp_path, limit, value, ended_by):
+    run = make_run(tmp_path, iterations=200)  # its env_steps limit (total_steps) is far away
+    run.run(**{limit: value})
+    assert run.status == "finished" and run.ended_by == ended_by
+    rows = iteration_rows(run)
+    if limit == "env_steps":
+        assert run.env_steps == value and len(rows) == 3
+    elif limit == "updates":
+        assert run.updates == value and len(rows) == 3
+    elif limit == "seconds":
+        assert run.wall_seconds >= value
+        assert all(row["charts/wall_seconds"] < value for row in rows[:-1])
+    else:  # the first row whose target metric (the mean of the last 20 returns) reaches it
+        assert run.target_metric == "charts/mean_return"
+        assert rows[-1]["charts/mean_return"] >= value
+        assert all(row["charts/mean_return"] is None for row in rows[:-1])
+    assert run.env_steps < 200 * STEPS
+
+
+def test_unknown_limits_raise_naming_the_valid_ones(tmp_path):
+    run = make_run(tmp_path)
+    for start in (run.run, run.start):
+        with pytest.raises(ValueError, match="steps") as raised:
+            start(steps=3 * STEPS)
+        for name in ("env_steps", "updates", "seconds", "target_return"):
+            assert name in str(raised.value)
+    assert run.status == "created" and not run.metrics_path.exists()
+    assert run.limits == Limits(env_steps=4 * STEPS)
 
 
 # --- life cycle: stop, pause, failure, interrupt ------------------------------------------------
@@ -220,7 +332,9 @@ def closed_samplers(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(tmp_path, closed_samplers, mode):
+def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(
+    tmp_path, closed_samplers, mode
+):
     class Exploding:
         def __init__(self) -> None:
             self.inner = make_algo()
@@ -312,8 +426,9 @@ from workbench.learners import PPO
 from workbench.models import ActorCritic
 from workbench.runs import Run, RunConfig, RunSettings
 
-run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit"),
-          settings=RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=16))
+config = RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit")
+settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=16)
+run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=config, settings=settings)
 run.start()
 while run.iteration < 3:
     time.sleep(0.01)
@@ -322,12 +437,54 @@ print("leaving with the run going", flush=True)
 
 
 def test_interpreter_exit_stops_a_live_run_and_keeps_its_checkpoint(tmp_path):
-    """A kernel restart ends the interpreter: the atexit hook stops the run (daemon thread) cleanly."""
-    done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    """A kernel restart ends the interpreter: the atexit hook stops the run (daemon thread)
+    cleanly."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "leaving" in done.stdout, done.stderr
     checkpoint = torch.load(tmp_path / "exit" / "checkpoint.pt", weights_only=True)
     _, rows = load_metrics(tmp_path / "exit")
     assert checkpoint["iteration"] == len(rows) >= 3
+
+
+# --- a sampler worker that dies -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampler", ["batched", "parallel"])
+def test_a_killed_sampler_worker_is_restarted_and_the_run_records_it(tmp_path, sampler):
+    """As an Ape-X or SEED actor is: the run goes on, with a ``worker_restart`` event row."""
+    run = make_run(
+        tmp_path,
+        iterations=5,
+        sampler=sampler,
+        settings=small_settings(num_actors=2),
+        sampler_options={"device": "cpu"} if sampler == "batched" else None,
+    )
+    killed = []
+
+    @on_iteration(run)
+    def kill_a_worker(row):  # from the loop's thread, between collects
+        if row["charts/iteration"] == 2:
+            killed.append(run.sampler.worker_pids[1])
+            os.kill(killed[0], signal.SIGKILL)
+            wait_until(lambda: alive(killed) == [], timeout=10)
+
+    run.run()
+    assert run.status == "finished" and run.error is None
+    assert run.iteration == 5 and run.env_steps == 5 * STEPS
+    (event,) = run.events
+    assert event["event"] == "worker_restart" and event["worker"] == 1
+    assert event["old_pid"] == killed[0] and event["pid"] == run.sampler.worker_pids[1]
+    assert event["pid"] != killed[0]
+    assert event["charts/iteration"] == 2 and event["charts/env_steps"] == 2 * STEPS
+    assert run.metrics.index(event) == 2  # between iteration rows 2 and 3
+    _, rows = load_metrics(run.dir)
+    assert [row for row in rows if "event" in row] == [event]
+    assert len(rows) == 6
 
 
 # --- live settings ------------------------------------------------------------------------------
@@ -370,7 +527,12 @@ def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_pat
     @on_iteration(run)
     def bad_updates(row):
         if row.get("charts/iteration") == 1:
-            for values in ({"num_envs": 0}, {"minibatch_size": 30}, {"num_actors": 5}, {"actors": 2}):
+            for values in (
+                {"num_envs": 0},
+                {"minibatch_size": 30},
+                {"num_actors": 5},
+                {"actors": 2},
+            ):
                 try:
                     run.update_settings(**values)
                 except ValueError as error:
@@ -392,8 +554,12 @@ def test_learner_devices_that_cannot_work_are_refused(tmp_path):
     with pytest.raises(NotImplementedError, match="workbench.learners"):
         run.update_settings(learner_devices=["cpu:0", "cpu:1"])
     with pytest.raises(ValueError, match="GPU"):
-        Run(CARTPOLE, make_algo(), settings=small_settings(learner_devices=("cuda",)),
-            config=RunConfig(runs_dir=str(tmp_path)))
+        Run(
+            CARTPOLE,
+            make_algo(),
+            settings=small_settings(learner_devices=("cuda",)),
+            config=RunConfig(runs_dir=str(tmp_path)),
+        )
 
     @on_iteration(run)
     def bypass(row):  # a write straight to RunSettings skips Run's checks: the loop refuses it
@@ -403,7 +569,11 @@ def test_learner_devices_that_cannot_work_are_refused(tmp_path):
     run.run()
     assert run.status == "finished" and run.iteration == 3
     (event,) = events(run)
-    assert event["event"] == "settings_refused" and event["charts/iteration"] == 1 and "GPU" in event["error"]
+    assert (
+        event["event"] == "settings_refused"
+        and event["charts/iteration"] == 1
+        and "GPU" in event["error"]
+    )
     assert run.settings.current.learner_devices == ("cpu",) == run.settings.applied.learner_devices
     assert next(run.algo.model.parameters()).device.type == "cpu"
 
@@ -425,8 +595,13 @@ def test_several_learner_devices_go_to_the_learner_factory(tmp_path):
 
     def make(name: str) -> Run:
         settings = small_settings(learner_devices=("cpu:0", "cpu:1"))
-        return Run(CARTPOLE, make_algo(), settings=settings, learner_factory=FakeDataParallel,
-                   config=RunConfig(total_steps=4 * STEPS, runs_dir=str(tmp_path), name=name))
+        return Run(
+            CARTPOLE,
+            make_algo(),
+            settings=settings,
+            learner_factory=FakeDataParallel,
+            config=RunConfig(total_steps=4 * STEPS, runs_dir=str(tmp_path), name=name),
+        )
 
     make("two").run()
     assert made[0].devices == ("cpu:0", "cpu:1") and made[0].updates == 4
@@ -484,7 +659,10 @@ def test_resume_from_a_checkpoint_restores_parameters_and_continues_env_steps(tm
     assert resumed.iteration == 3 and resumed.env_steps == 3 * STEPS
     assert all(torch.equal(a, b) for a, b in zip(saved, parameters(resumed.algo.model)))
     restored_optimizer = resumed.algo.optimizer.state_dict()["state"]
-    assert all(torch.equal(saved_optimizer[k]["exp_avg"], restored_optimizer[k]["exp_avg"]) for k in saved_optimizer)
+    assert all(
+        torch.equal(saved_optimizer[k]["exp_avg"], restored_optimizer[k]["exp_avg"])
+        for k in saved_optimizer
+    )
     assert len(resumed.metrics) == 3  # the earlier rows, for plots
 
     resumed.run(env_steps=5 * STEPS)
@@ -519,10 +697,18 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
     recipe = RECIPES["ppo-cartpole"]
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), replace(recipe.config), seed=0)
-    settings = RunSettings(num_actors=1, num_envs=recipe.num_envs, horizon=recipe.horizon,
-                           minibatch_size=recipe.num_envs * recipe.horizon)  # 1 minibatch
-    run = Run(CARTPOLE, algo, settings=settings,
-              config=RunConfig(total_steps=recipe.total_steps, runs_dir=str(tmp_path), name="ppo"))
+    settings = RunSettings(
+        num_actors=1,
+        num_envs=recipe.num_envs,
+        horizon=recipe.horizon,
+        minibatch_size=recipe.num_envs * recipe.horizon,
+    )  # 1 minibatch
+    run = Run(
+        CARTPOLE,
+        algo,
+        settings=settings,
+        config=RunConfig(total_steps=recipe.total_steps, runs_dir=str(tmp_path), name="ppo"),
+    )
     returns: list[float] = []
     solved_at = []
 
@@ -545,8 +731,13 @@ def test_a_run_switches_to_two_gloo_learners_and_back_keeping_its_state(tmp_path
     from workbench.learners import RunLearner
 
     settings = small_settings(learner_devices=("cpu",))
-    run = Run(CARTPOLE, make_algo(), settings=settings, learner_factory=RunLearner,
-              config=RunConfig(total_steps=6 * STEPS, runs_dir=str(tmp_path), name="ddp"))
+    run = Run(
+        CARTPOLE,
+        make_algo(),
+        settings=settings,
+        learner_factory=RunLearner,
+        config=RunConfig(total_steps=6 * STEPS, runs_dir=str(tmp_path), name="ddp"),
+    )
     snapshots = {}
 
     @on_iteration(run)
@@ -564,5 +755,7 @@ def test_a_run_switches_to_two_gloo_learners_and_back_keeping_its_state(tmp_path
     assert changes == [["cpu:0", "cpu:1"], ["cpu"]] or changes == [("cpu:0", "cpu:1"), ("cpu",)]
     assert run.learner is run.algo and run.algo.num_updates == 6
     # What the group learned came back: the single learner continued from its parameters.
-    assert any(not torch.equal(a, b) for a, b in zip(snapshots["group"], run.algo.model.parameters()))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(snapshots["group"], run.algo.model.parameters())
+    )
     assert len(iteration_rows(run)) == 6

@@ -581,6 +581,16 @@ def test_close_terminates_every_worker(cartpole_runs, closed_samplers, kind: str
         closed["sampler"].collect(cartpole_policy())
 
 
+@pytest.mark.parametrize("kind", ["batched", "alternating"])
+def test_env_only_workers_never_load_torch(kind: str) -> None:
+    """Env-only workers stay small and start fast (a restart waits for one): no torch library is
+    mapped into them, though they import ``workbench.sampling.workers`` through its package."""
+    with make(kind, num_envs=2, horizon=4) as sampler:
+        for pid in sampler.worker_pids:
+            libraries = {m.path for m in psutil.Process(pid).memory_maps()}
+            assert not [path for path in libraries if "libtorch" in path], pid
+
+
 def test_sampler_made_in_a_thread_keeps_its_workers_after_the_thread_ends() -> None:
     """A notebook run makes its sampler in a background thread; the sampler outlives that thread."""
     box = []

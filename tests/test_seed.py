@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from processes import wait_gone
+
 from workbench.learners import IMPALA, IMPALAConfig
 from workbench.models import ActorCritic
 from workbench.runs.records import load_metrics
@@ -22,8 +24,6 @@ from workbench.seed import (
 )
 from workbench.seed.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
 from workbench.seed.server import StepBatch
-
-from processes import wait_gone
 
 
 def step(slots, obs, reward=0.0, flags=0, actions=None, final_obs=None, episode_return=0.0):
@@ -256,9 +256,9 @@ def test_vtrace_learns_cartpole_through_the_central_server():
 
 
 def test_the_seed_panel_steers_actors_and_the_servers_batch_live(tmp_path):
-    from workbench.lab.system_panels import SeedPanel
-
     from processes import live_children
+
+    from workbench.lab.system_panels import SeedPanel
 
     before = live_children()
     config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2)

@@ -16,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
 from workbench.apex.config import actor_epsilons
 from workbench.lab.seed_studies import memory_matters
 from workbench.learners import R2D2Config
@@ -122,9 +123,8 @@ def test_actors_wait_for_a_learner_that_falls_behind_the_replay_ratio(tmp_path) 
     run.learner.update = slow_update
     run.run(updates=50)
     c, envs = run.learner_config, run.config.num_actors
-    before = envs * (
-        c.stored_length + (run.config.min_replay_sequences // envs - 1) * c.stride
-    )  # 704
+    warmup_windows = run.config.min_replay_sequences // envs - 1
+    before = envs * (c.stored_length + warmup_windows * c.stride)  # 704
     per_update = c.batch_size / run.config.replay_ratio * c.stride  # 20 env steps (all envs)
     assert run.updates == 50
     assert run.env_steps <= before + 50 * per_update + 400, run.env_steps  # seen: 1211; 8183 unheld

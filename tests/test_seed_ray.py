@@ -24,9 +24,8 @@ from workbench.seed.transports.ray_server import RayInferenceServer  # noqa: E40
 
 @pytest.fixture(scope="module")
 def local_ray():
-    for attempt in range(
-        2
-    ):  # on a loaded machine the raylet may miss Ray's fixed 30 s start window
+    # On a loaded machine the raylet may miss Ray's fixed 30 s start window: one more try.
+    for attempt in range(2):
         try:
             ray.init(
                 num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
@@ -117,10 +116,8 @@ def test_a_malformed_observation_fails_only_its_caller(serving):
         ray.get(server.infer.remote(4, np.array([0.0, np.nan, 0.0, 0.0], np.float32), 0.0, FIRST))
     with pytest.raises(ValueError, match="slot 9 is not served"):
         ray.get(server.infer.remote(9, np.zeros(4, np.float32), 0.0, FIRST))
-    assert ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST)) in (
-        0,
-        1,
-    )  # float64 -> float32 is fine
+    float64 = ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST))
+    assert float64 in (0, 1)  # float64 -> float32 is fine
     ray.get(server.restart.remote([4]))  # slot 4 has no actor: batches need not wait for it
     wait_until(lambda: actors.steps >= before + 200, actors, 20, "200 more steps")
     assert not [e for e in actors.events if e.kind in ("died", "error")]

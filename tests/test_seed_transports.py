@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 import torch
+from processes import live_children, wait_gone
+
 from workbench.models import ActorCritic
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports import TRANSPORTS, SeedTransport
 from workbench.seed.transports.local import LocalActors
 from workbench.seed.transports.serial import SerialActors
-
-from processes import live_children, wait_gone
 
 ENV = "CartPole-v1"
 NUM_ACTORS = 2
@@ -244,10 +244,10 @@ def test_check_raises_when_serving_failed(kind, make):
     assert wait_gone(pids, 10.0) == []
 
 
-@pytest.mark.parametrize(
-    "kind", ["local", "ray"]
-)  # serial has no actor of its own to kill: its envs step in the caller's thread
+@pytest.mark.parametrize("kind", ["local", "ray"])
 def test_check_restarts_a_killed_actor_with_an_event(kind, make):
+    """Local and ray only: the serial transport has no actor process of its own to kill (its envs
+    step in the caller's thread, and nothing of it can die apart from the caller)."""
     served = make(kind)
     transport = served.transport.start()
     drive(served, lambda: transport.steps >= 100, 90, "100 steps")

@@ -1,10 +1,12 @@
-"""RunSettings: widgets write from one thread, the run's loop reads between iterations."""
+"""RunSettings: widgets write from one thread, the run's loop reads between iterations. Limits:
+when a run's loop ends by itself (``workbench.runs.Limits``; each limit ending a run:
+tests/test_runs.py)."""
 
 import threading
 
 import pytest
 
-from workbench.control import RunSettings, Settings
+from workbench.runs import Limits, RunSettings, Settings
 
 
 def test_batch_size_is_envs_times_horizon():
@@ -64,3 +66,50 @@ def test_updates_from_many_threads_leave_a_consistent_value():
     assert settings.current.num_actors in (2, 4, 8)
     new, _ = settings.take_changes(iteration=0)
     assert new == settings.applied == settings.current
+
+
+# --- Limits ---------------------------------------------------------------------------------------
+
+LIMIT_NAMES = ["env_steps", "seconds", "target_return", "updates"]
+
+
+def test_no_limit_by_default():
+    limits = Limits()
+    assert not limits.any()
+    assert limits.reached(env_steps=10**9, updates=10**9, seconds=1e9) is None
+
+
+def test_replace_sets_limits_and_keeps_the_others():
+    limits = Limits(env_steps=100).replace(updates=5, target_return=-20.0)
+    assert limits == Limits(env_steps=100, updates=5, target_return=-20.0) and limits.any()
+    assert limits.replace(env_steps=None) == Limits(updates=5, target_return=-20.0)
+
+
+def test_unknown_limits_raise_value_error_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="steps") as raised:
+        Limits().replace(steps=10, updates=2)
+    assert all(name in str(raised.value) for name in LIMIT_NAMES)
+
+
+@pytest.mark.parametrize(
+    "name, value", [("env_steps", -1), ("seconds", -0.5), ("updates", "10"), ("seconds", True)]
+)
+def test_a_limit_must_be_a_non_negative_number(name, value):
+    with pytest.raises(ValueError, match=name):
+        Limits().replace(**{name: value})
+
+
+@pytest.mark.parametrize(
+    "counters, reached",
+    [
+        ((99, 4, 9.9), None),
+        ((100, 4, 9.9), "env_steps"),
+        ((99, 5, 9.9), "updates"),
+        ((99, 4, 10.0), "seconds"),
+        ((100, 5, 10.0), "env_steps"),  # several: the first of env_steps, updates, seconds
+    ],
+)
+def test_reached_names_the_counting_limit_that_was_reached(counters, reached):
+    limits = Limits(env_steps=100, updates=5, seconds=10.0, target_return=0.0)
+    env_steps, updates, seconds = counters
+    assert limits.reached(env_steps, updates, seconds) == reached

@@ -1,5 +1,5 @@
-"""Specifications for workbench.throughput: what is counted, the limit's formula, and that every
-measurement closes what it opened.
+"""Specifications for workbench.lab.throughput and workbench.lab.baselines: what is counted, the
+limit's formula, and that every measurement closes what it opened.
 
 Short runs only (CartPole, and one tiny Pong sampler): the whole file stays well under 30 s on the
 2-core CI machine. The figures themselves are not checked, only that they are measured.
@@ -13,28 +13,32 @@ import psutil
 import pytest
 import torch
 
-from workbench import throughput
-from workbench.models import ActorCritic
-from workbench.samplers import SerialSampler
-from workbench.throughput import (
+from workbench.lab import baselines
+from workbench.lab.baselines import gym_vector_loop, naive_loop
+from workbench.lab.throughput import (
     RandomPolicy,
     Throughput,
-    gym_vector_loop,
     limit_steps_per_second,
     measure_inference,
     measure_sampler,
     measure_vector_env,
-    naive_loop,
     torch_threads,
 )
+from workbench.models import ActorCritic
+from workbench.sampling import SerialSampler
 
 CARTPOLE = "CartPole-v1"
 PONG = "ALE/Pong-v5"
 
 
 def child_processes() -> set[int]:
-    """Live child pids (earlier tests may have left long-lived ones, e.g. Python's resource tracker)."""
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    """Live child pids (earlier tests may have left long-lived ones, e.g. Python's resource
+    tracker)."""
+    return {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if p.status() != psutil.STATUS_ZOMBIE
+    }
 
 
 @pytest.fixture
@@ -77,7 +81,9 @@ def test_limit_is_cores_over_the_cpu_seconds_each_step_costs() -> None:
     assert limit_steps_per_second(env, inference, 2) == pytest.approx(3428.571, abs=1e-3)
     # An env that only used one core for 6000 steps/s costs half as much per step.
     one_core_env = Throughput("env", 6000.0, 24000.0, 1.0, 6000, details={"cores_used": 1})
-    assert limit_steps_per_second(one_core_env, inference, 2) == pytest.approx(2 / (1 / 6000 + 2 / 8000))
+    assert limit_steps_per_second(one_core_env, inference, 2) == pytest.approx(
+        2 / (1 / 6000 + 2 / 8000)
+    )
 
 
 def test_limit_asks_for_cores_used_when_a_measurement_lacks_it() -> None:
@@ -136,7 +142,7 @@ def test_naive_loop_steps_one_env_and_closes_it(cartpole_model, monkeypatch) -> 
         opened.append(env)
         return env
 
-    monkeypatch.setattr(throughput, "make_preprocessed_env", make)
+    monkeypatch.setattr(baselines, "make_preprocessed_env", make)
     measured = naive_loop(CARTPOLE, cartpole_model, 0.5)
     assert measured.steps > 0 and measured.steps_per_second > 0
     assert measured.stages["env"] > 0 and measured.stages["inference"] > 0
@@ -170,7 +176,7 @@ def test_gym_vector_loop_sync_mode_and_bad_mode(cartpole_model) -> None:
 
 
 def test_preprocessed_pong_gives_four_stacked_84x84_uint8_frames() -> None:
-    env = throughput.make_preprocessed_env(PONG, seed=0)
+    env = baselines.make_preprocessed_env(PONG, seed=0)
     try:
         obs, _ = env.reset(seed=0)
         obs = np.asarray(obs)

@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
 
 import training_throughput as bench  # noqa: E402  (the benchmarks folder, as when the script runs)
 
@@ -42,16 +44,35 @@ def test_measure_run_times_the_run(mode):
 
 
 def test_measure_run_on_pong_with_the_bfloat16_learner():
-    measured = bench.measure_run("ALE/Pong-v5", 0.01, TINY, mode="sync", sampler="serial",
-                                 autocast="bfloat16", channels_last=True)
+    measured = bench.measure_run(
+        "ALE/Pong-v5",
+        0.01,
+        TINY,
+        mode="sync",
+        sampler="serial",
+        autocast="bfloat16",
+        channels_last=True,
+    )
     check(measured, "sync")
     assert measured.frames_per_second == pytest.approx(4 * measured.steps_per_second)
 
 
 def test_command_prints_the_table_and_ratios_and_writes_json(tmp_path, capsys):
     out = tmp_path / "training.json"
-    code = bench.main(["--env", "CartPole-v1", "--num-envs", "2", "--horizon", "16", "--seconds", "0.05",
-                       "--out", str(out)])
+    code = bench.main(
+        [
+            "--env",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--horizon",
+            "16",
+            "--seconds",
+            "0.05",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"ratios: vs_plain=\d+\.\d\d async_vs_sync=\d+\.\d\d", lines[-1])

@@ -1,5 +1,5 @@
-"""Specifications for ``workbench.widgets.RunPanel``: controls write the run's settings, the run
-applies them at an iteration boundary, and the charts draw what the run recorded.
+"""Specifications for ``workbench.lab.run_panel.RunPanel``: controls write the run's settings,
+the run applies them at an iteration boundary, and the charts draw what the run recorded.
 
 Tiny CartPole runs (B=4, T=16: 64 env steps per iteration). Widgets are driven from code, as the
 browser would drive them: setting a control's ``value`` is what moving it does.
@@ -12,12 +12,10 @@ import time
 import pytest
 import torch
 
-from workbench.algos import PPO, PPOConfig
-from workbench.control import RunSettings
-from workbench.distributed import RunLearner
+from workbench.lab.run_panel import RunPanel, learner_choices
+from workbench.learners import PPO, PPOConfig, RunLearner
 from workbench.models import ActorCritic
-from workbench.runners import Run, RunConfig, load_metrics
-from workbench.widgets import RunPanel, learner_choices
+from workbench.runs import Run, RunConfig, RunSettings, load_metrics
 
 STEPS = 64
 
@@ -25,12 +23,20 @@ STEPS = 64
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-def make_run(tmp_path, *, iterations: int = 3, sampler: str = "serial", learner_factory=None) -> Run:
+def make_run(
+    tmp_path, *, iterations: int = 3, sampler: str = "serial", learner_factory=None
+) -> Run:
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
     settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=32)
-    return Run("CartPole-v1", algo, sampler=sampler, settings=settings, learner_factory=learner_factory,
-               config=RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path), name="panel"))
+    return Run(
+        "CartPole-v1",
+        algo,
+        sampler=sampler,
+        settings=settings,
+        learner_factory=learner_factory,
+        config=RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path), name="panel"),
+    )
 
 
 def settings_events(run: Run) -> list[dict]:
@@ -45,8 +51,21 @@ def test_moving_the_actors_slider_resizes_the_sampler_at_the_next_boundary(tmp_p
     assert run.status == "finished"
     events = settings_events(run)
     assert [event["new"] for event in events] == [{"num_actors": 2}]
-    assert events[0]["old"] == {"num_actors": 1} and events[0]["iteration"] == 0
+    assert events[0]["old"] == {"num_actors": 1} and events[0]["charts/iteration"] == 0
     assert run.settings.applied.num_actors == 2
+
+
+def test_the_actors_slider_goes_past_the_runs_starting_count(tmp_path):
+    """A 1-actor run can be given more actors: the slider reaches 4 (the envs allow 4), and
+    moving it there writes the run's settings."""
+    run = make_run(tmp_path, sampler="parallel")
+    panel = RunPanel(run)
+    assert panel.actors.value == 1 and not panel.actors.disabled
+    assert panel.actors.max >= 4
+    panel.actors.value = 4
+    assert run.settings.current.num_actors == 4
+    assert "4 actors" in panel.message.value
+    assert panel.actors.value == 4
 
 
 def test_an_applied_change_is_marked_on_the_charts(tmp_path):
@@ -79,8 +98,12 @@ def test_the_charts_draw_every_iteration_the_run_recorded(tmp_path):
     assert len(rows) == 4
     assert list(panel.speed_figure.data[0].x) == [row["charts/env_steps"] for row in rows]
     with_return = [row for row in rows if "charts/episode_return" in row]
-    assert list(panel.return_figure.data[0].y) == [row["charts/episode_return"] for row in with_return]
-    assert list(panel.return_figure.data[1].x) == [row["charts/wall_seconds"] for row in with_return]
+    assert list(panel.return_figure.data[0].y) == [
+        row["charts/episode_return"] for row in with_return
+    ]
+    assert list(panel.return_figure.data[1].x) == [
+        row["charts/wall_seconds"] for row in with_return
+    ]
     assert panel.progress.value == 1.0
     assert "finished" in panel.status.value
 
@@ -112,7 +135,9 @@ def test_pause_and_resume_buttons(tmp_path):
     assert run.stop(timeout=60) == "stopped"
 
 
-def test_the_learner_picker_lists_this_machines_devices_and_two_gloo_learners_with_a_factory(tmp_path):
+def test_the_learner_picker_lists_this_machines_devices_and_two_gloo_learners_with_a_factory(
+    tmp_path,
+):
     plain = learner_choices(make_run(tmp_path / "a"))
     assert plain["cpu"] == ("cpu",) and not any(len(devices) > 1 for devices in plain.values())
     with_ddp = learner_choices(make_run(tmp_path / "b", learner_factory=RunLearner))
@@ -123,8 +148,8 @@ def test_picking_a_gpu_this_machine_lacks_is_refused_with_the_reason(tmp_path):
     run = make_run(tmp_path)
     panel = RunPanel(run)
     missing = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU (cuda:0 on a CPU machine)
-    panel._learner_choices[missing] = (missing,)  # as if listed by a stale picker
-    panel.learner.options = list(panel._learner_choices)
+    panel.learner_options[missing] = (missing,)  # as if listed by a stale picker
+    panel.learner.options = list(panel.learner_options)
     panel.learner.value = missing
     assert "cuda" in panel.message.value.lower() and panel.learner.value == "cpu"
     assert run.settings.current.learner_devices == ("cpu",)

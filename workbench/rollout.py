@@ -6,7 +6,7 @@ observation after the last row is ``next_obs`` (``[B, ...]``), from which algori
 
 Every row is a real transition: samplers use same-step autoreset, so after an episode ends
 ``obs[t + 1]`` is already the first observation of the next episode, and the episode's final
-observation is consumed at collection time. Termination and truncation are kept apart (DESIGN.md):
+observation is consumed at collection time. Termination and truncation are kept apart:
 
 * ``discounts[t] = gamma * (1 - terminated[t])``;
 * a truncated step (time limit) is not terminal: it bootstraps from the value of its final

@@ -29,9 +29,9 @@ import time
 
 def make_and_collect():
     import torch
-
     from holder_policy import SleepyActorCritic  # this file's folder is sys.path[0]
-    from workbench.samplers import BatchedSampler, ParallelSampler
+
+    from workbench.sampling import BatchedSampler, ParallelSampler
 
     torch.manual_seed(0)
     policy = SleepyActorCritic((4,), 2)

@@ -17,7 +17,8 @@ __all__ = ["ApexConfig", "actor_epsilons", "actor_noise_scales", "check_count", 
 
 
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
-    """Ape-X's per-actor epsilons (Horgan et al. 2018, Sec. 4.1): ``base ** (1 + alpha i / (N - 1))``.
+    """Ape-X's per-actor epsilons (Horgan et al. 2018, Sec. 4.1):
+    ``base ** (1 + alpha i / (N - 1))``.
 
     With ``N = 1`` the single actor gets ``base``. Actor 0 explores most (0.4), actor N-1 least
     (``0.4 ** 8`` ~ 0.00066): a spread of behaviours feeding one replay.
@@ -75,7 +76,8 @@ class ApexConfig:
     """Transitions in the replay before the learner starts (the paper's 50k)."""
     max_replay_ratio: float | None = None
     """Cap on samples trained per transition added (None: the learner runs freely, as in the
-    paper). A cap makes a run's learner updates per env step the same on a fast and a slow machine."""
+    paper). A cap makes a run's learner updates per env step the same on a fast and a slow
+    machine."""
     min_replay_ratio: float | None = None
     """Floor on the same ratio: the replay stops taking actors' blocks (they wait) while the
     learner lags behind it (None: actors run freely, as in the paper). Not the paper's; on a
@@ -151,7 +153,8 @@ class ApexConfig:
 
 def default_agent_config(algo: str) -> Any:
     if algo == "dqn":
-        # Ape-X DQN (Appendix C): 3-step double Q, batch 512, Adam... lr 0.00025 / 4, target every 2,500.
+        # Ape-X DQN (Appendix C): 3-step double Q, batch 512, Adam... lr 0.00025 / 4, target every
+        # 2,500.
         return DQNConfig(
             n_step=3,
             double=True,
@@ -181,7 +184,8 @@ def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
         return DQN(q_network, config.agent, device=device)
     if hasattr(action_space, "n"):
         raise ValueError(
-            f"{config.env_id} has discrete actions; Ape-X DPG needs continuous ones. Use algo='dqn'."
+            f"{config.env_id} has discrete actions; Ape-X DPG needs continuous ones. "
+            "Use algo='dqn'."
         )
     obs_dim = int(np.prod(observation_space.shape))
     policy = DeterministicPolicy(

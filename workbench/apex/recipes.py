@@ -15,8 +15,9 @@ __all__ = ["APEX_RECIPES", "ApexRecipe"]
 
 @dataclass
 class ApexRecipe:
-    """An Ape-X run with its target, in the shape of ``runs.recipes.Recipe`` (``benchmarks/learning.py``
-    runs every kind). ``total_steps`` is the env-step budget; the target is met by ``target_metric``."""
+    """An Ape-X run with its target, in the shape of ``runs.recipes.Recipe``
+    (``benchmarks/learning.py`` runs every kind). ``total_steps`` is the env-step budget; the target
+    is met by ``target_metric``."""
 
     name: str
     config: ApexConfig
@@ -103,8 +104,8 @@ def _pendulum_apex_dpg() -> ApexConfig:
 
 def _pong_apex() -> ApexConfig:
     # The paper's learner (Appendix C: 3-step double dueling DQN, Adam lr 0.00025 / 4, target copied
-    # every 2,500 updates, alpha 0.6, beta 0.4) at one machine's scale: 8 actors x 4 envs, batch 256,
-    # a 1M-step frame-once replay (7 GB), at most 8 samples trained per step (DQN's ratio).
+    # every 2,500 updates, alpha 0.6, beta 0.4) at one machine's scale: 8 actors x 4 envs, batch
+    # 256, a 1M-step frame-once replay (7 GB), at most 8 samples trained per step (DQN's ratio).
     return ApexConfig(
         env_id="ALE/Pong-v5",
         agent=DQNConfig(
@@ -137,9 +138,9 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             config=_cartpole_apex(),
             target_return=475.0,
             total_steps=200_000,
-            note="4 actors (epsilons 0.4 ** (1 + 7 i / 3)), dueling double 3-step DQN, batch 64, at most 32 "
-            "samples trained per transition; target met by the actor exploring least (last 10 "
-            "episodes). Seen: 26k learner updates, 103k env steps, 167 s on 2 cores.",
+            note="4 actors (epsilons 0.4 ** (1 + 7 i / 3)), dueling double 3-step DQN, batch 64, "
+            "at most 32 samples trained per transition; target met by the actor exploring least "
+            "(last 10 episodes). Seen: 26k learner updates, 103k env steps, 167 s on 2 cores.",
         ),
         ApexRecipe(
             name="apex-dpg-pendulum",
@@ -147,9 +148,9 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             target_return=-200.0,
             total_steps=20_000,
             target_metric="charts/mean_return",
-            note="Ape-X DPG (Sec. 3.2): 4 actors with Gaussian noise 0.5 -> 0.05 half-ranges, 3-step "
-            "DDPG learner, one update of 128 per env step (min = max replay ratio); target met by "
-            "the last 20 episodes of all actors.",
+            note="Ape-X DPG (Sec. 3.2): 4 actors with Gaussian noise 0.5 -> 0.05 half-ranges, "
+            "3-step DDPG learner, one update of 128 per env step (min = max replay ratio); target "
+            "met by the last 20 episodes of all actors.",
         ),
         ApexRecipe(
             name="apex-dqn-pong",
@@ -158,9 +159,9 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             total_steps=2_500_000,
             device="auto",
             torch_threads=2,
-            note="Ape-X DQN on Pong (sticky actions, -v5): 10M frames budget, learner on the GPU when "
-            "there is one. Not yet run to its target here (no GPU was lent); an hour on a CPU: "
-            "benchmarks/learning.py --recipes apex-dqn-pong --seeds 0 --max-seconds 3600.",
+            note="Ape-X DQN on Pong (sticky actions, -v5): 10M frames budget, learner on the GPU "
+            "when there is one. Not yet run to its target here (no GPU was lent); an hour on a "
+            "CPU: benchmarks/learning.py --recipes apex-dqn-pong --seeds 0 --max-seconds 3600.",
         ),
     )
 }

@@ -39,7 +39,8 @@ class ReplayServer:
         )
         self.max_priority = 1.0  # the largest |TD| seen, for steps whose windows no actor could see
         # The replay ratio, held as the config says (neither bound is the paper's: its learner and
-        # actors run freely); a learner more than one batch behind the lower bound makes actors wait.
+        # actors run freely); a learner more than one batch behind the lower bound makes actors
+        # wait.
         self.limiter = RateLimiter(
             max_ratio=config.max_replay_ratio,
             min_ratio=config.min_replay_ratio,

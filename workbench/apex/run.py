@@ -1,4 +1,5 @@
-"""An Ape-X run: actors, one central prioritized replay, and the learner (Horgan et al. 2018, Fig. 1).
+"""An Ape-X run: actors, one central prioritized replay, and the learner (Horgan et al. 2018,
+Fig. 1).
 
 The learner (this process, Alg. 2) keeps two sampled batches in flight while it learns: it takes a
 prioritized batch, makes one ``DQN`` or ``DDPG`` update on it with its importance weights, sends
@@ -76,7 +77,8 @@ class Apex(RunLifecycle):
             )
         if target_metric not in ("apex/return_least_exploring", "charts/mean_return"):
             raise ValueError(
-                f"target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', got {target_metric!r}"
+                "target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', "
+                f"got {target_metric!r}"
             )
         self.config = config
         self.transport_name = transport
@@ -263,7 +265,8 @@ class Apex(RunLifecycle):
     ) -> "Apex":
         """An Ape-X run that continues a checkpoint (a file, or a run's folder): the learner's
         weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
-        defaults to the saved one; the run keeps its name, so its metrics file grows. Not started."""
+        defaults to the saved one; the run keeps its name, so its metrics file grows. Not
+        started."""
         saved = load_checkpoint_file(path)
         config = config or config_from_dict(saved["state"]["config"])
         if runs_dir is None:

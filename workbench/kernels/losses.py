@@ -152,7 +152,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 def double_q_action(target_q: torch.Tensor, online_q: torch.Tensor | None = None) -> torch.Tensor:
-    """The action ``a*`` a Q-learning target bootstraps from, ``[...]`` (``argmax`` over the last axis).
+    """The action ``a*`` a Q-learning target bootstraps from, ``[...]`` (``argmax`` over the last
+    axis).
 
     Double Q-learning (van Hasselt et al. 2016, https://arxiv.org/abs/1509.06461, Eq. 4): the online
     network picks the action, the target network values it, which removes the upward bias of

@@ -1,4 +1,5 @@
-"""Returns: GAE and n-step targets, pure tensor functions, time-major ``[T, B]``, one bootstrap form.
+"""Returns: GAE and n-step targets, pure tensor functions, time-major ``[T, B]``, one bootstrap
+form.
 
 Every function here takes tensors and returns tensors; none holds state, reads a global or touches
 an environment. The conventions are the package's (``docs/architecture.md``, "Contracts"):

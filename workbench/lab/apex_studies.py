@@ -27,9 +27,9 @@ APEX_CARTPOLE_AGENT = dict(
     max_grad_norm=10.0,
 )
 """``DQNConfig`` fields of Ape-X on CartPole-v1: the paper's 3-step double Q on a dueling network
-(Horgan et al. 2018, Appendix C), with CartPole's batch, learning rate and target interval (the agent
-of ``tests/test_apex.py``'s CartPole runs). With 4 actors it reached a return of 475 here in 8k-28k
-learner updates (0.5-1.5 min on 2 cores), 200 in 4k-32k."""
+(Horgan et al. 2018, Appendix C), with CartPole's batch, learning rate and target interval (the
+agent of ``tests/test_apex.py``'s CartPole runs). With 4 actors it reached a return of 475 here in
+8k-28k learner updates (0.5-1.5 min on 2 cores), 200 in 4k-32k."""
 
 
 def apex_cartpole_config(**changes: Any) -> ApexConfig:
@@ -164,8 +164,9 @@ def apex_throughput(
         results.append(result)
         if progress:
             print(
-                f"{count:>3} actor(s): {result.transitions_per_second:8,.0f} transitions/s into replay, "
-                f"{result.updates_per_second:6,.0f} learner updates/s ({result.samples_per_second:8,.0f} samples/s), "
+                f"{count:>3} actor(s): {result.transitions_per_second:8,.0f} transitions/s "
+                f"into replay, {result.updates_per_second:6,.0f} learner updates/s "
+                f"({result.samples_per_second:8,.0f} samples/s), "
                 f"{result.seconds:.1f} s measured after {result.warmup_seconds:.1f} s of warm-up",
                 flush=True,
             )

@@ -11,8 +11,8 @@ machine at hand, both systems side by side in one run:
 * :func:`measure_seed`: ``num_actors`` env-only actor processes (``workbench.seed.env_actors``:
   they never import torch) served by a ``seed.server.InferenceServer`` in this process
   (``LocalActors``: observations in shared memory, one pipe write each way per step).
-* :func:`measure_impala`: ``num_actors`` processes running ``impala_actors.impala_actor_main``, each with
-  its own ``ActorCritic`` (one torch thread) and one batch-1 forward pass per step.
+* :func:`measure_impala`: ``num_actors`` processes running ``impala_actors.impala_actor_main``,
+  each with its own ``ActorCritic`` (one torch thread) and one batch-1 forward pass per step.
 * :func:`central_inference_study`: both at each actor count, interleaved so that noise from other
   jobs hits both; :func:`ratio` reads the SEED / IMPALA speed-up off its rows.
 
@@ -27,7 +27,8 @@ action latency: for SEED the server's queue wait + forward time per request (p50
 the actor's own forward time per step.
 
 Server settings (:class:`SeedSettings`), chosen by interleaved measurements on the 2-core machine
-of the project (AMD EPYC, 2 cores) while other jobs ran (Pong, 2-16 actors, 4-6 s windows, 2-3 passes each):
+of the project (AMD EPYC, 2 cores) while other jobs ran (Pong, 2-16 actors, 4-6 s windows, 2-3
+passes each):
 
 * ``server_threads=1``: one torch thread for the forward pass. A second intra-op thread only
   competes with the actor processes for the same two cores: at 8 actors it was 10-20% slower.

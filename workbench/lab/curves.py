@@ -52,7 +52,8 @@ class LearningCurve:
 def learning_curve(rows: Sequence[dict], label: str, *, window: int = 20) -> LearningCurve:
     """The curve of a run's iteration rows: after each iteration with ended episodes, the mean
     return of the latest batches that hold at least ``window`` episodes (each batch's mean weighted
-    by its episode count), as ``train``'s last-20 mean is over single episodes."""
+    by its episode count), as a row's ``charts/mean_return`` is over the last 20 single
+    episodes."""
     curve = LearningCurve(label)
     recent: list[tuple[float, int]] = []  # (batch mean return, episodes), newest last
     rows = [row for row in rows if "event" not in row]

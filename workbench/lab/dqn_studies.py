@@ -77,7 +77,8 @@ def dqn_variants_study(
         if progress:
             reached = curve.steps_to(target)
             print(
-                f"{label:<22} {repr(run.algo.learner):<58} best {max(curve.returns, default=float('nan')):5.0f}  "
+                f"{label:<22} {repr(run.algo.learner):<58} "
+                f"best {max(curve.returns, default=float('nan')):5.0f}  "
                 f"to {target:g}: {f'{reached:,} steps' if reached else 'not reached':>12}  "
                 f"{curve.wall_seconds[-1] if curve.wall_seconds else 0:5.0f} s",
                 flush=True,
@@ -154,8 +155,9 @@ def dqn_batch_study(
     ``replay_ratio`` is given), so a ``k``-times larger batch takes ``k`` times fewer gradient
     steps, and the target network's refresh in samples trained (``target_update_interval`` divided
     by ``k``, at least 1). Scaled: the learning rate, by ``scale_rule`` against the recipe's own
-    batch size (``kernels.scaled_learning_rate``: ``"sqrt"`` multiplies it by ``sqrt(k)``, ``"linear"`` by
-    ``k``; None keeps it). ``config_changes`` replace further ``DQNConfig`` fields in every run.
+    batch size (``kernels.scaled_learning_rate``: ``"sqrt"`` multiplies it by ``sqrt(k)``,
+    ``"linear"`` by ``k``; None keeps it). ``config_changes`` replace further ``DQNConfig`` fields
+    in every run.
     """
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     reference = recipe.config.batch_size
@@ -206,8 +208,9 @@ def dqn_batch_study(
         results.append(result)
         if progress:
             print(
-                f"batch {batch_size:>5}: lr {result.learning_rate:.2e}, {result.updates:>6,} updates "
-                f"({result.updates_per_second:,.0f}/s, {result.samples_per_second:,.0f} samples/s), "
+                f"batch {batch_size:>5}: lr {result.learning_rate:.2e}, "
+                f"{result.updates:>6,} updates ({result.updates_per_second:,.0f}/s, "
+                f"{result.samples_per_second:,.0f} samples/s), "
                 f"best return {result.best_return:5.0f}, {result.wall_seconds:.0f} s",
                 flush=True,
             )

@@ -50,9 +50,10 @@ def impala_actor_main(spec: ImpalaActorSpec, shared: dict[str, SharedArray], con
 
     ``shared`` (allocated by the parent): ``steps`` int64 ``[A]`` (steps done by actor ``index``),
     ``forward`` float64 ``[A, LATENCY_WINDOW]`` (its last forward times, seconds, a ring indexed by
-    step), ``actions`` int64 ``[A, num_actions]`` (how often it chose each action), ``go`` and ``stop``
-    uint8 ``[1]``. It reports ``("ready", pid)`` or ``("error", traceback)`` on ``control`` once
-    its model and env exist, then waits for ``go`` (set when every actor is ready)."""
+    step), ``actions`` int64 ``[A, num_actions]`` (how often it chose each action), ``go`` and
+    ``stop`` uint8 ``[1]``. It reports ``("ready", pid)`` or ``("error", traceback)`` on
+    ``control`` once its model and env exist, then waits for ``go`` (set when every actor is
+    ready)."""
     die_with_parent(spec.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends us
     envs = None

@@ -80,7 +80,8 @@ class Chart:
     """A live plotly chart of row keys (``lines``) against one or more x keys (one column each).
 
     ``extend(rows)`` appends the points of new rows (a row without a line's key, or with None,
-    adds none); ``mark(event)`` draws a dashed line at the event's x in every column.
+    adds none); ``mark(event)`` draws a dashed line at the event's x in every column, or only in
+    the columns of ``mark_keys`` when given.
     """
 
     def __init__(
@@ -94,8 +95,10 @@ class Chart:
         column_titles: Sequence[str] | None = None,
         mode: str = "lines",
         name: str = "chart",
+        mark_keys: Sequence[str] | None = None,
     ) -> None:
         self.lines, self.x_keys, self.name = tuple(lines), tuple(x_keys), name
+        self.mark_keys = self.x_keys if mark_keys is None else tuple(mark_keys)
         secondary = secondary_title is not None
         specs = [[{"secondary_y": secondary} for _ in self.x_keys]]
         figure = go.FigureWidget(
@@ -147,7 +150,7 @@ class Chart:
 
     def mark(self, event: dict) -> None:
         for col, x_key in enumerate(self.x_keys, start=1):
-            if event.get(x_key) is not None:
+            if x_key in self.mark_keys and event.get(x_key) is not None:
                 self.figure.add_vline(
                     x=event[x_key],
                     line_dash="dash",

@@ -129,8 +129,9 @@ def batch_size_study(
         curves.append(curve)
         if progress:
             print(
-                f"{recipe.name} batch {label:>18}: return {curve.final_return:6.1f} after {run.env_steps:,} "
-                f"steps, {curve.steps_per_second:,.0f} steps/s, lr {curve.learning_rate:.2e}",
+                f"{recipe.name} batch {label:>18}: return {curve.final_return:6.1f} "
+                f"after {run.env_steps:,} steps, {curve.steps_per_second:,.0f} steps/s, "
+                f"lr {curve.learning_rate:.2e}",
                 flush=True,
             )
     return curves
@@ -179,7 +180,7 @@ def sync_vs_async(make_run: Callable[[str], Run], *, warmup: int = 1) -> dict[st
                 "warm-up; give it more total_steps."
             )
 
-        def mean(key: str) -> float:
+        def mean(key: str, rows: list[dict] = rows) -> float:
             return sum(row[key] for row in rows) / len(rows)
 
         seconds = sum(row["time/iteration"] for row in rows)

@@ -1,6 +1,6 @@
 """Plotly figures for the notebooks: each function takes measurements and returns a ``go.Figure``.
 
-Measurements are :class:`workbench.throughput.Throughput` rows. Nothing here measures or runs
+Measurements are :class:`workbench.lab.throughput.Throughput` rows. Nothing here measures or runs
 anything; it only draws, so every function is cheap and safe to call again with new data.
 """
 
@@ -246,7 +246,8 @@ def stage_shares(tp) -> dict[str, float]:
 
 
 def stage_breakdown(throughputs: Sequence, *, title: str | None = None) -> go.Figure:
-    """Stacked bars, one per measurement: the fraction of wall clock per stage (:func:`stage_shares`)."""
+    """Stacked bars, one per measurement: the fraction of wall clock per stage
+    (:func:`stage_shares`)."""
     labels = [tp.label for tp in throughputs]
     shares = [stage_shares(tp) for tp in throughputs]
     fig = go.Figure()
@@ -274,7 +275,7 @@ def learning_curves(
 ) -> go.Figure:
     """Return against env steps (left) and against wall time (right), one line per curve.
 
-    ``curves`` are :class:`workbench.experiments.LearningCurve` rows, ordered by size (their color
+    ``curves`` are :class:`workbench.lab.curves.LearningCurve` rows, ordered by size (their color
     darkens with it); ``target`` draws a dashed line at that return on both panels.
     """
     fig = make_subplots(
@@ -327,9 +328,8 @@ def apex_actor_bars(per_actor: dict) -> dict[str, list]:
         share = (
             0.5 if not e or high == low else (np.log(e) - low) / (high - low)
         )  # 1: explores most
-        colors.append(
-            f"rgb({int(40 + 200 * share)}, {int(90 + 30 * (1 - abs(2 * share - 1)))}, {int(40 + 200 * (1 - share))})"
-        )
+        red, green = int(40 + 200 * share), int(90 + 30 * (1 - abs(2 * share - 1)))
+        colors.append(f"rgb({red}, {green}, {int(40 + 200 * (1 - share))})")
     return {
         "labels": [
             f"actor {i}<br>ε={e:.3g}" if e is not None else f"actor {i}"
@@ -343,7 +343,8 @@ def apex_actor_bars(per_actor: dict) -> dict[str, list]:
 
 def apex_actors(per_actor: dict, *, title: str | None = None) -> go.Figure:
     """Per Ape-X actor (a metrics row's ``per_actor``): the transitions it sent to the central
-    replay (left) and the mean return of its last episodes (right), labelled and colored by its ε."""
+    replay (left) and the mean return of its last episodes (right), labelled and colored by its
+    ε."""
     bars = apex_actor_bars(per_actor)
     fig = make_subplots(
         rows=1,

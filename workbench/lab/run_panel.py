@@ -120,6 +120,7 @@ class RunPanel(Panel):
             y_title="return",
             column_titles=("against env steps", "against wall time"),
             mode="lines+markers",
+            mark_keys=("charts/env_steps",),  # changes are marked on every chart against env steps
         )
         speed = Chart(
             "env steps per second",

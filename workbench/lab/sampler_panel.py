@@ -169,7 +169,8 @@ class SamplerPanel:
         self.results.append(result)
         self._add_bar(kind, result)
         self.message.value = note(
-            f"{label}: {result.steps_per_second:,.0f} steps/s ({result.frames_per_second:,.0f} frames/s)"
+            f"{label}: {result.steps_per_second:,.0f} steps/s "
+            f"({result.frames_per_second:,.0f} frames/s)"
         )
         return result
 

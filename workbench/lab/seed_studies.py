@@ -48,7 +48,8 @@ class MemoryStudy:
 
 
 def r2d2_recipe(transport: str | None = None) -> SeedRecipe:
-    """The ``seed-r2d2-cartpole-novelocity`` recipe, on ``transport`` (None: the recipe's, local)."""
+    """The ``seed-r2d2-cartpole-novelocity`` recipe, on ``transport`` (None: the recipe's,
+    local)."""
     recipe = SEED_RECIPES["seed-r2d2-cartpole-novelocity"]
     return (
         recipe

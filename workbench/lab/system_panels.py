@@ -85,7 +85,8 @@ class ApexPanel(Panel):
 
     Args:
         apex: the run (started with ``panel.start()`` or the Start button).
-        limits: the limits of Start (default ``seconds`` from ``budget.current().apex_live_seconds``).
+        limits: the limits of Start (default ``seconds`` from
+            ``budget.current().apex_live_seconds``).
         refresh_seconds: seconds between redraws.
 
     Attributes (beyond ``Panel``'s): ``return_figure``, ``rate_figure``, ``actor_figure``.
@@ -148,7 +149,8 @@ class SeedPanel(Panel):
 
     Args:
         seed: the run (started with ``panel.start()`` or the Start button).
-        limits: the limits of Start (default ``seconds`` from ``budget.current().seed_live_seconds``).
+        limits: the limits of Start (default ``seconds`` from
+            ``budget.current().seed_live_seconds``).
         refresh_seconds: seconds between redraws.
 
     Attributes (beyond ``Panel``'s): ``batch``, the batch slider; ``return_figure``,

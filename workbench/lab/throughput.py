@@ -1,4 +1,5 @@
-"""How fast can we collect experience? Steps per second of samplers, of their parts, and of baselines.
+"""How fast can we collect experience? Steps per second of samplers, of their parts, and of
+baselines.
 
 What is measured (Stooke & Abbeel 2018, Sec. 3 and Table 1, count the same way):
 
@@ -14,7 +15,7 @@ The functions, from the slowest way to collect to the fastest the machine allows
   at batch 1: what a first DQN script does.
 * :func:`gym_vector_loop`: gymnasium's ``AsyncVectorEnv`` of those envs and one batched forward
   pass per step: the usual "vectorised" baseline.
-* :func:`measure_sampler`: any workbench sampler (``workbench.samplers``) collecting rollouts.
+* :func:`measure_sampler`: any workbench sampler (``workbench.sampling``) collecting rollouts.
 * :func:`measure_vector_env` and :func:`measure_inference`: each half alone, at full speed;
   :func:`limit_steps_per_second` combines them into the most any sampler can reach on these cores.
 
@@ -137,7 +138,8 @@ def torch_threads(num_threads: int | None) -> Iterator[int]:
 
 
 def _inference_cores(device: torch.device) -> int:
-    """CPU cores a forward pass keeps busy: torch's threads on the CPU, the feeding thread on a GPU."""
+    """CPU cores a forward pass keeps busy: torch's threads on the CPU, the feeding thread on a
+    GPU."""
     if device.type == "cpu":
         return min(torch.get_num_threads(), usable_cores())
     return 1

@@ -145,7 +145,8 @@ class ShardLayout:
             return "rollout", tensors, axes
         if not isinstance(batch, dict):
             raise TypeError(
-                f"a data-parallel batch is a Rollout or a dict of arrays, got {type(batch).__name__}"
+                "a data-parallel batch is a Rollout or a dict of arrays, "
+                f"got {type(batch).__name__}"
             )
         tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
         return "dict", tensors, dict.fromkeys(tensors, batch_axis)

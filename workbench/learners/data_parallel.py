@@ -1,4 +1,5 @@
-"""Data-parallel learners: any ``Learner`` on several devices, one process each, gradients all-reduced.
+"""Data-parallel learners: any ``Learner`` on several devices, one process each, gradients
+all-reduced.
 
 Stooke & Abbeel 2018, *Accelerated Methods for Deep Reinforcement Learning*,
 https://arxiv.org/abs/1803.02811, Section 3.2 ("Multi-GPU optimization", synchronous variant) and
@@ -128,7 +129,8 @@ class DataParallelLearner:
             raise TypeError(
                 "learner_factory must be picklable to reach the learner processes: use a "
                 "module-level function, functools.partial(PPO, model, config) or "
-                f"replica_factory(learner), not a lambda or a closure ({type(error).__name__}: {error})"
+                "replica_factory(learner), not a lambda or a closure "
+                f"({type(error).__name__}: {error})"
             ) from error
         self.learner = local if local is not None else learner_factory(device=torch.device("cpu"))
         for name in ("update", "state_dict", "load_state_dict", "model", "batch_axis"):
@@ -402,8 +404,8 @@ class DataParallelLearner:
         size = next(iter(sizes.values()))
         if any(s != size for s in sizes.values()) or size is None:
             raise ValueError(
-                f"DataParallelLearner.update: the batch's arrays do not share one size along the axis "
-                f"it splits on (the learner's batch_axis {self.learner.batch_axis}): {sizes}"
+                "DataParallelLearner.update: the batch's arrays do not share one size along the "
+                f"axis it splits on (the learner's batch_axis {self.learner.batch_axis}): {sizes}"
             )
         if size % n:
             name = "N" if self.learner.batch_axis == 0 else "B"
@@ -412,8 +414,8 @@ class DataParallelLearner:
             what = "samples" if name == "N" else "environments"
             raise ValueError(
                 f"DataParallelLearner.update: the batch has {name} = {size} {what}, which do not "
-                f"split into {n} equal shards (one per learner): use a multiple of {n} (e.g. {hint}), "
-                f"or {math.gcd(size, n)} learner(s)"
+                f"split into {n} equal shards (one per learner): use a multiple of {n} "
+                f"(e.g. {hint}), or {math.gcd(size, n)} learner(s)"
             )
 
     def _write(self, kind: str, tensors: dict[str, torch.Tensor], axes: dict[str, int]) -> None:

@@ -16,9 +16,10 @@ Sec. 3.2), also usable alone in a sampler loop.
 
 * Prioritized replay (Schaul et al. 2016): the critic's loss is importance weighted; the new
   priority of a sample is its |TD error| ``|y - Q(s, a)|``, taken *before* the step.
-* Exploration: Gaussian noise on the action, ``a = clip(mu(s) + sigma * (high - low) / 2 * N(0, I))``
-  (Fujimoto et al. 2018, TD3, showed it works as well as DDPG's Ornstein-Uhlenbeck noise); in
-  Ape-X DPG each actor explores with its own noise scale ``sigma_i``.
+* Exploration: Gaussian noise on the action,
+  ``a = clip(mu(s) + sigma * (high - low) / 2 * N(0, I))`` (Fujimoto et al. 2018, TD3, showed it
+  works as well as DDPG's Ornstein-Uhlenbeck noise); in Ape-X DPG each actor explores with its own
+  noise scale ``sigma_i``.
 
 The ``Learner`` interface (``update(batch) -> metrics``, ``priorities`` after it), and what an Ape-X
 actor calls, as ``DQN``: ``act(obs, exploration)``, ``initial_priorities(transitions)``,
@@ -92,8 +93,8 @@ class DDPGConfig:
                 raise ValueError(f"DDPGConfig.{name} must be a positive int, got {value!r}")
         if self.replay_capacity < self.batch_size:
             raise ValueError(
-                f"DDPGConfig.replay_capacity {self.replay_capacity} < batch_size {self.batch_size}: "
-                "the replay must hold at least one batch."
+                f"DDPGConfig.replay_capacity {self.replay_capacity} < batch_size "
+                f"{self.batch_size}: the replay must hold at least one batch."
             )
         if not self.replay_ratio > 0:
             raise ValueError(f"DDPGConfig.replay_ratio must be positive, got {self.replay_ratio}")
@@ -332,7 +333,8 @@ class DDPG:
             )
 
     def networks(self) -> dict[str, nn.Module]:
-        """The four networks by name: ``policy``, ``critic``, ``target_policy``, ``target_critic``."""
+        """The four networks by name: ``policy``, ``critic``, ``target_policy``,
+        ``target_critic``."""
         return {
             "policy": self.policy,
             "critic": self.critic,
@@ -371,6 +373,7 @@ class DDPG:
     def __repr__(self) -> str:
         c = self.config
         return (
-            f"DDPG(n_step={c.n_step}, tau={c.tau}, target_update_interval={c.target_update_interval}, "
+            f"DDPG(n_step={c.n_step}, tau={c.tau}, "
+            f"target_update_interval={c.target_update_interval}, "
             f"{'prioritized' if c.prioritized else 'uniform'})"
         )

@@ -71,7 +71,8 @@ class DQNConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.05
     exploration_fraction: float = 0.1
-    """Fraction of the run over which epsilon falls linearly from start to end (``set_progress``)."""
+    """Fraction of the run over which epsilon falls linearly from start to end
+    (``set_progress``)."""
     prioritized: bool = False
     """Prioritized replay (proportional); otherwise uniform."""
     priority_alpha: float = 0.5
@@ -80,7 +81,7 @@ class DQNConfig:
     priority_eps: float = 1e-6
     scale_learning_rate: str | None = None
     """None, ``"linear"`` or ``"sqrt"``: scale ``learning_rate`` with ``batch_size`` against
-    ``reference_batch_size`` (Stooke & Abbeel 2018, Sec. 4; ``pg.scaled_learning_rate``)."""
+    ``reference_batch_size`` (Stooke & Abbeel 2018, Sec. 4; ``kernels.scaled_learning_rate``)."""
     reference_batch_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -173,7 +174,8 @@ class DQN:
         self.priorities: torch.Tensor | None = None
 
     def learning_rate_for(self, batch_size: int) -> float:
-        """``learning_rate``, scaled with ``batch_size`` when the config asks (Stooke & Abbeel 2018)."""
+        """``learning_rate``, scaled with ``batch_size`` when the config asks (Stooke & Abbeel
+        2018)."""
         c = self.config
         if c.scale_learning_rate is None:
             return c.learning_rate
@@ -260,11 +262,12 @@ class DQN:
         q_taken = (log_probs.exp() * support).sum(-1)
         return -(target * log_probs).sum(-1), q_taken
 
-    # --- what an Ape-X actor does with its copy of the networks ------------------------------------
+    # --- what an Ape-X actor does with its copy of the networks -----------------------------------
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, exploration: "float | torch.Tensor") -> torch.Tensor:
-        """Epsilon-greedy actions ``[B]`` with one epsilon per row (``exploration``, ``[B]`` or a float)."""
+        """Epsilon-greedy actions ``[B]`` with one epsilon per row (``exploration``, ``[B]`` or a
+        float)."""
         return self.q_network.act(torch.as_tensor(obs).to(self.device), exploration)["action"]
 
     @torch.no_grad()

@@ -11,8 +11,8 @@ follows the loss of Section 4.2::
 (means over the batch here, not sums, so the learning rate does not depend on the batch size).
 
 An **unroll** is what the server assembles for one env: ``T + 1`` rows, time-major once stacked into
-a batch ``[T + 1, B, ...]``: row t holds the observation ``obs``, the ``actions`` taken there and its
-behaviour log-probability ``logp`` (``log mu(a_t|x_t)``), then the ``rewards`` that followed,
+a batch ``[T + 1, B, ...]``: row t holds the observation ``obs``, the ``actions`` taken there and
+its behaviour log-probability ``logp`` (``log mu(a_t|x_t)``), then the ``rewards`` that followed,
 ``terminated`` / ``truncated`` (the episode ended after step t; ``final_obs`` is the last
 observation of a truncated one) and ``first`` (row t starts an episode). Row T only supplies the
 observation to bootstrap from: its action belongs to the next unroll, which starts with it.
@@ -39,7 +39,8 @@ UNROLL_KEYS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "
 @dataclass
 class IMPALAConfig:
     """IMPALA hyperparameters. Defaults: the paper's Table G.1 where it states them (baseline
-    cost 0.5, entropy 0.01, gradient-norm clip 40, rho_bar = c_bar = 1), with Adam (SEED's choice)."""
+    cost 0.5, entropy 0.01, gradient-norm clip 40, rho_bar = c_bar = 1), with Adam (SEED's
+    choice)."""
 
     gamma: float = 0.99
     learning_rate: float = 6e-4

@@ -1,4 +1,5 @@
-"""What A2C and PPO share: an ``ActorCritic``, GAE over a rollout, the learning-rate rule, precision.
+"""What A2C and PPO share: an ``ActorCritic``, GAE over a rollout, the learning-rate rule,
+precision.
 
 Both read a time-major ``Rollout`` ``[T, B, ...]`` (``workbench.rollout``): the behaviour ``logp``
 and ``value`` the sampler stored in ``rollout.policy_outputs`` (what ``ActorCritic.act`` returns),

@@ -26,7 +26,7 @@ __all__ = ["PPO", "PPOConfig"]
 @dataclass
 class PPOConfig(Precision):
     """PPO hyperparameters (Schulman et al. 2017). Defaults: CleanRL's ``ppo.py``, except
-    ``anneal_lr`` (off here: it needs ``set_progress``, which ``train`` and the runner call).
+    ``anneal_lr`` (off here: it needs ``set_progress``, which a ``runs.Run`` calls).
 
     On ``ActorCritic``'s shared trunk with large returns (CartPole: tens to hundreds), the value
     loss's gradient dominates the trunk and a global norm clip shrinks the policy's gradient with
@@ -62,7 +62,7 @@ class PPOConfig(Precision):
     target_kl: float | None = None
     """Stop an update's epochs early once the approximate KL of a minibatch exceeds this."""
     anneal_lr: bool = False
-    """Multiply the learning rate by ``1 - progress`` (``set_progress``; ``train`` sets it)."""
+    """Multiply the learning rate by ``1 - progress`` (``set_progress``; a ``runs.Run`` sets it)."""
     scale_learning_rate: ScaleRule | None = None
     """None, or the rule (``"linear"`` / ``"sqrt"``) that scales the learning rate with the batch
     size ``T * B`` of each rollout relative to ``reference_batch_size`` (Stooke & Abbeel 2018,
@@ -92,8 +92,9 @@ class PPO(PolicyGradientLearner):
     (optionally clipped) value loss against the stored ``value``. Adam, global-norm clipping.
 
     Data-parallel (``learners.data_parallel``): every learner draws the same permutation of the
-    joined ``T * B`` samples (the same seeded generator) and takes the samples of each minibatch that
-    live in its shard (``reduction.local_samples``); the minibatch means go through the reduction.
+    joined ``T * B`` samples (the same seeded generator) and takes the samples of each minibatch
+    that live in its shard (``reduction.local_samples``); the minibatch means go through the
+    reduction.
 
     Args:
         model: the ``ActorCritic`` to train (moved to ``device``).

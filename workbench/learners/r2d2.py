@@ -317,7 +317,8 @@ class R2D2:
         """What the loss is made of, over the trained rows ``burn_in .. L - 2`` (S =
         ``sequence_length`` rows), without gradient: ``q`` = ``Q(s_t, a_t)``, ``target`` = ``y_t``,
         ``td`` = ``y_t - Q(s_t, a_t)`` (all float ``[S, B]``, rescaled values when
-        ``value_rescaling``), ``usable`` bool ``[S, B]`` (False: the window reaches a truncation)."""
+        ``value_rescaling``), ``usable`` bool ``[S, B]`` (False: the window reaches a
+        truncation)."""
         q_taken, targets, usable = self._td(self._tensors(batch))
         return {"q": q_taken, "target": targets, "td": targets - q_taken, "usable": usable}
 

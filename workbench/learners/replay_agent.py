@@ -4,9 +4,10 @@ rlpyt's DQN ``optimize_agent`` in one small class. Each ``update(rollout)``:
 
 1. turns the ``[T, B]`` rollout into n-step transitions (``replay.NStepTransitions``; windows that
    run past the rollout wait for the next one) and adds them to the replay;
-2. counts the rollout's env steps into a ``replay.RateLimiter`` whose upper bound is the config's
+2. once ``learning_starts`` env steps are collected and the replay holds a batch, counts the
+   rollout's env steps into a ``replay.RateLimiter`` whose upper bound is the config's
    ``replay_ratio`` (samples trained per env step collected; Stooke & Abbeel 2018, Sec. 4: the
-   quantity to hold fixed when the batch grows), after a warm-up of ``learning_starts`` steps;
+   quantity to hold fixed when the batch grows);
 3. takes the gradient steps the limiter allows, each ``learner.update`` on a sampled batch with its
    importance weights, and writes the learner's new priorities back to a prioritized replay.
 
@@ -59,7 +60,9 @@ class ReplayAgent:
         self.config = c = learner.config
         self.replay = replay if replay is not None else make_replay(c, seed)
         self.nstep = NStepTransitions(c.n_step, c.gamma)
-        self.limiter = RateLimiter(max_ratio=c.replay_ratio, min_inserts=c.learning_starts)
+        # The warm-up is kept here, not in the limiter: it ends only when the replay also holds a
+        # batch, and the steps that end it count (rlpyt's ``min_itr_learn``).
+        self.limiter = RateLimiter(max_ratio=c.replay_ratio)
         self.env_steps = 0
 
     @property
@@ -91,9 +94,9 @@ class ReplayAgent:
         if len(transitions["actions"]):
             self.replay.add(transitions)
         self.env_steps += rollout.num_steps
-        self.limiter.insert(rollout.num_steps)
         metrics: dict[str, float] = {}
-        if len(self.replay) >= c.batch_size:
+        if self.env_steps >= c.learning_starts and len(self.replay) >= c.batch_size:
+            self.limiter.insert(rollout.num_steps)
             for _ in range(self.limiter.batches_allowed(c.batch_size)):
                 batch, indices, weights = self.replay.sample(c.batch_size)
                 self.limiter.sample(c.batch_size)

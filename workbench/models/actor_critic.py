@@ -201,7 +201,8 @@ class ContinuousQ(nn.Module):
         flat, lead = flatten_batch(obs, self.obs_shape)
         if tuple(actions.shape) != (*lead, self.action_dim):
             raise ValueError(
-                f"actions of shape {tuple(actions.shape)} do not match observations {tuple(obs.shape)}: "
+                f"actions of shape {tuple(actions.shape)} do not match observations "
+                f"{tuple(obs.shape)}: "
                 f"expected {(*lead, self.action_dim)}, one action vector per observation "
                 f"(for a 1-D action space, actions[..., None])"
             )

@@ -1,4 +1,5 @@
-"""R2D2's recurrent Q-network (Kapturowski et al. 2019): an LSTM between a trunk and dueling heads."""
+"""R2D2's recurrent Q-network (Kapturowski et al. 2019): an LSTM between a trunk and dueling
+heads."""
 
 from __future__ import annotations
 

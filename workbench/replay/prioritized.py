@@ -266,9 +266,14 @@ class SequenceReplay(PrioritizedReplay):
             else next(iter(lengths.values()))
         )
         if any(length is None or length != expected for length in lengths.values()):
+            known_length = (
+                f" (L = {self.sequence_length}, set by the first add)"
+                if self.sequence_length
+                else ""
+            )
             raise ValueError(
                 f"SequenceReplay.add: every per-step array must be [N, L, ...] with one L"
-                f"{f' (L = {self.sequence_length}, set by the first add)' if self.sequence_length else ''}; "
+                f"{known_length}; "
                 f"got {{key: L}} = {lengths}. Batch-major: transpose time-major [L, N, ...] arrays "
                 f"with np.swapaxes(x, 0, 1); per-sequence keys are {list(self.per_sequence_keys)}."
             )

@@ -30,7 +30,8 @@ __all__ = ["RateLimiter"]
 
 
 class RateLimiter:
-    """Samples per insert between ``min_ratio`` and ``max_ratio``, after a warm-up (module docstring).
+    """Samples per insert between ``min_ratio`` and ``max_ratio``, after a warm-up (module
+    docstring).
 
     Args:
         max_ratio: the most samples trained per item inserted; None: no upper bound.

@@ -241,7 +241,8 @@ class FrameStorage:
             if obs.shape[2:] != (self.frame_stack, *self._arrays["frames"].shape[2:]):
                 raise ValueError(
                     f"add: obs stacks are {list(obs.shape[2:])}, the storage holds "
-                    f"{[self.frame_stack, *self._arrays['frames'].shape[2:]]} (set by the first add)."
+                    f"{[self.frame_stack, *self._arrays['frames'].shape[2:]]} "
+                    "(set by the first add)."
                 )
         elif self.rows < self.n_step + obs.shape[2]:
             raise ValueError(
@@ -252,7 +253,8 @@ class FrameStorage:
         return arrays, T * B
 
     def write(self, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Store a checked block; returns ``(written, touched)`` slots (see the module docstring)."""
+        """Store a checked block; returns ``(written, touched)`` slots (see the module
+        docstring)."""
         obs, envs = arrays["obs"], arrays["env_ids"]
         T = obs.shape[0]
         if not self._arrays:
@@ -339,7 +341,8 @@ class FrameStorage:
         return m, terminal, returns, ~incomplete
 
     def _stacks(self, a: np.ndarray, envs: np.ndarray) -> np.ndarray:
-        """The frame stacks ``[N, k, ...]`` of absolute steps ``a``, zeros before an episode start."""
+        """The frame stacks ``[N, k, ...]`` of absolute steps ``a``, zeros before an episode
+        start."""
         k, f = self.frame_stack, self._arrays
         rows = (a[:, None] - np.arange(k - 1, -1, -1)) % self.rows  # [N, k], oldest frame first
         slots = (rows * self.num_envs + envs[:, None]).reshape(-1)

@@ -1,4 +1,5 @@
-"""Sum and min trees over priorities: vectorised updates and descents (Schaul et al. 2016, App. B.2.1)."""
+"""Sum and min trees over priorities: vectorised updates and descents (Schaul et al. 2016,
+App. B.2.1)."""
 
 from __future__ import annotations
 
@@ -91,9 +92,9 @@ class SumTree(_Tree):
     """Sums of priorities, for sampling proportionally to them (Schaul et al. 2016, Appendix B.2.1).
 
     ``find(values)`` returns, for each value ``v``, the first leaf whose prefix sum exceeds ``v``:
-    ``np.searchsorted(np.cumsum(leaves), v, side="right")``. So a leaf of priority ``p`` is found for
-    a share ``p / total`` of ``[0, total)``, and a leaf of priority 0 is never found. Values at or
-    above ``total`` (which rounding can produce) give the last leaf with a positive priority.
+    ``np.searchsorted(np.cumsum(leaves), v, side="right")``. So a leaf of priority ``p`` is found
+    for a share ``p / total`` of ``[0, total)``, and a leaf of priority 0 is never found. Values at
+    or above ``total`` (which rounding can produce) give the last leaf with a positive priority.
 
     The descent is vectorised: the batch's values go down the tree together, one level per step.
     Above the ``top`` level the tree is not kept; ``find`` starts with ``np.searchsorted`` on the

@@ -242,7 +242,8 @@ def local_allocate(shape, dtype, fill):
 
 
 def shared_allocate(context: Any) -> Callable[..., tuple[np.ndarray, SharedArray]]:
-    """An ``allocate(shape, dtype, fill)`` for ``RolloutBuffers`` in shared memory (workers write)."""
+    """An ``allocate(shape, dtype, fill)`` for ``RolloutBuffers`` in shared memory (workers
+    write)."""
 
     def allocate(shape: tuple[int, ...], dtype: Any, fill: Any) -> tuple[np.ndarray, SharedArray]:
         shared = SharedArray.allocate(context, shape, dtype, fill)

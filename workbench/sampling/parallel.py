@@ -118,7 +118,8 @@ class ParallelSampler(Sampler):
                 shared.copy_(current)
 
     def _drain(self) -> None:
-        """Take the replies still owed: a worker always finishes its T steps (a dead one is dropped)."""
+        """Take the replies still owed: a worker always finishes its T steps (a dead one is
+        dropped)."""
         for index in sorted(self._pending):
             try:
                 self._pool.receive(index)
@@ -199,7 +200,8 @@ class ParallelSampler(Sampler):
         num_envs: int | None = None,
         horizon: int | None = None,
     ) -> None:
-        """Change workers, envs (B) or steps (T) between collects: workers restart at the next collect."""
+        """Change workers, envs (B) or steps (T) between collects: workers restart at the next
+        collect."""
         num_workers = keep_size(num_workers, self.num_workers)
         num_envs = keep_size(num_envs, self.num_envs)
         horizon = keep_size(horizon, self.horizon)

@@ -332,7 +332,8 @@ class EnvWorkers:
         ] = {}  # worker index -> the step it was sent and has not answered
 
     def reset(self, seed: int) -> None:
-        """Reset every worker's envs, env ``i`` seeded ``seed + i`` (the observations go to row 0)."""
+        """Reset every worker's envs, env ``i`` seeded ``seed + i`` (the observations go to
+        row 0)."""
         for index, (lo, _) in enumerate(self.slices):
             self.pool.send(index, RESET, seed + lo)
         for index in range(len(self.slices)):

@@ -135,7 +135,8 @@ class TrajectoryAssembler:
         return len(self._queue)
 
     def take(self, count: int, timeout: float | None = None) -> list[dict[str, np.ndarray]] | None:
-        """``count`` windows, oldest first; None if they are not there within ``timeout`` seconds."""
+        """``count`` windows, oldest first; None if they are not there within ``timeout``
+        seconds."""
         with self._ready:
             if not self._ready.wait_for(lambda: len(self._queue) >= count, timeout=timeout):
                 return None
@@ -188,7 +189,8 @@ class EpisodeLog:
         pass
 
     def mean(self, last: int = 20, slot: int | None = None, minimum: int = 1) -> float | None:
-        """Mean of the last ``last`` returns (of ``slot``, or of every slot); None below ``minimum``."""
+        """Mean of the last ``last`` returns (of ``slot``, or of every slot); None below
+        ``minimum``."""
         with self._lock:
             values = list(self.recent if slot is None else self.per_slot.get(slot, ()))[-last:]
         return float(np.mean(values)) if len(values) >= minimum else None

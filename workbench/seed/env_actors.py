@@ -23,8 +23,8 @@ The local transport, one system call each way per step:
 Flags of a request (the episode bits are about the *previous* action's outcome; with same-step
 autoreset the observation is then already the next episode's first):
 ``FIRST`` the observation starts an episode (the server resets recurrent state), ``TERMINATED`` /
-``TRUNCATED`` the previous step ended the episode, ``EPISODE_DONE`` a whole game ended there (its raw
-return and length are in the slot's statistics).
+``TRUNCATED`` the previous step ended the episode, ``EPISODE_DONE`` a whole game ended there (its
+raw return and length are in the slot's statistics).
 """
 
 from __future__ import annotations
@@ -164,8 +164,9 @@ class InferenceClient:
         expected = (len(self.slot_ids), *self.obs_shape)
         if obs.shape != expected or not np.can_cast(obs.dtype, self.obs_dtype, casting="same_kind"):
             raise ValueError(
-                f"malformed observation: got {obs.dtype} {obs.shape}, the server serves {self.obs_dtype} "
-                f"{expected} (one {self.obs_shape} observation per env of this actor); "
+                f"malformed observation: got {obs.dtype} {obs.shape}, "
+                f"the server serves {self.obs_dtype} {expected} "
+                f"(one {self.obs_shape} observation per env of this actor); "
                 "check the env id and its preprocessing options."
             )
         a, ids = self.arrays, self.slot_ids
@@ -222,7 +223,8 @@ class EnvActorSpec:
     env_options: dict = field(default_factory=dict)
     actor_index: int = 0
     nice: int = 0
-    """Added to the process's niceness, so that on a small machine actors cannot starve the server."""
+    """Added to the process's niceness, so that on a small machine actors cannot starve the
+    server."""
 
 
 def env_actor_main(

@@ -14,10 +14,10 @@ __all__ = ["SEED_RECIPES", "SeedRecipe"]
 
 @dataclass
 class SeedRecipe:
-    """A SEED run with its target, in the shape of ``runs.recipes.Recipe`` (``benchmarks/learning.py``
-    runs every kind). ``total_steps`` is the env-step budget; the target is met by the rows'
-    ``target_metric`` (V-trace: the last 20 episodes of every env; R2D2: the last 10 of the env
-    exploring least)."""
+    """A SEED run with its target, in the shape of ``runs.recipes.Recipe``
+    (``benchmarks/learning.py`` runs every kind). ``total_steps`` is the env-step budget; the target
+    is met by the rows' ``target_metric`` (V-trace: the last 20 episodes of every env; R2D2: the
+    last 10 of the env exploring least)."""
 
     name: str
     config: SeedConfig

@@ -99,8 +99,8 @@ class SeedConfig:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.transport not in TRANSPORTS:
             raise ValueError(
-                f"transport must be one of {TRANSPORTS} (a Seed on Ray comes with the scale-out work), "
-                f"got {self.transport!r}"
+                f"transport must be one of {TRANSPORTS} (a Seed on Ray comes with the scale-out "
+                f"work), got {self.transport!r}"
             )
         for name in ("num_actors", "envs_per_actor"):
             value = getattr(self, name)
@@ -454,9 +454,10 @@ class Seed(RunLifecycle):
         runs_dir: str | None = None,
         **options: Any,
     ) -> "Seed":
-        """A SEED run that continues a checkpoint (a file, or a run's folder): the learner's weights,
-        optimizer and counters, the env steps, the wall clock, the RNG states. The config defaults to
-        the saved one; the run keeps its name, so its metrics file grows. Not started."""
+        """A SEED run that continues a checkpoint (a file, or a run's folder): the learner's
+        weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
+        defaults to the saved one; the run keeps its name, so its metrics file grows. Not
+        started."""
         saved = load_checkpoint_file(path)
         config = config or config_from_dict(saved["state"]["config"])
         if runs_dir is None:

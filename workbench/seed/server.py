@@ -51,7 +51,8 @@ class ServedPolicy(Protocol):
     def initial_state(
         self, batch_size: int, device: torch.device
     ) -> "tuple[torch.Tensor, ...] | None":
-        """Zero recurrent state for ``batch_size`` envs (each ``[N, ...]``), or None (feed-forward)."""
+        """Zero recurrent state for ``batch_size`` envs (each ``[N, ...]``), or None
+        (feed-forward)."""
 
     def step(
         self,
@@ -61,7 +62,8 @@ class ServedPolicy(Protocol):
         slots: torch.Tensor,
     ) -> "tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, dict[str, torch.Tensor]]":
         """``obs [N, *obs_shape]``, the state of those envs, ``first`` bool ``[N]`` (already applied
-        to the state), their ``slots`` ``[N]`` -> (int actions ``[N]``, new state, extras ``[N, ...]``)."""
+        to the state), their ``slots`` ``[N]`` -> (int actions ``[N]``, new state, extras
+        ``[N, ...]``)."""
 
 
 class SampledPolicy:
@@ -107,7 +109,8 @@ class StepListener(Protocol):
 
 
 class LatencyStats:
-    """Per-request queue wait and forward time, and batch sizes, over the last ``window`` requests."""
+    """Per-request queue wait and forward time, and batch sizes, over the last ``window``
+    requests."""
 
     def __init__(self, window: int = 100_000) -> None:
         self.queue_wait = deque(maxlen=window)

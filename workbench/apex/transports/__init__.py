@@ -30,7 +30,8 @@ class ApexTransport(Protocol):
     """Sample requests the learner made whose batches it has not taken yet."""
 
     def set_explorations(self, values: list[float]) -> None:
-        """Each actor's exploration (epsilon or noise scale), by index; takes effect at its next block."""
+        """Each actor's exploration (epsilon or noise scale), by index; takes effect at its next
+        block."""
 
     def start_actor(self, index: int) -> None:
         """Start actor ``index`` (it acts with ``explorations[index]``)."""

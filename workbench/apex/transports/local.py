@@ -28,7 +28,7 @@ __all__ = ["LocalTransport", "SharedParameters"]
 ACTOR_NICENESS = 10
 
 
-# --- the local back end: processes and shared memory -------------------------------------------------
+# --- the local back end: processes and shared memory ----------------------------------------------
 
 
 class SharedParameters:
@@ -102,7 +102,8 @@ def _replay_main(config: ApexConfig, learner: Any, parent_pid: int) -> None:
     pending_samples: deque[int] = deque()
     try:
         while True:
-            # While the learner lags (min_replay_ratio), blocks stay in the actors' pipes: they wait.
+            # While the learner lags (min_replay_ratio), blocks stay in the actors' pipes: they
+            # wait.
             readers = [learner, *actors] if server.accepting() else [learner]
             for conn in wait_connections(readers, timeout=0.05):
                 if conn is learner:

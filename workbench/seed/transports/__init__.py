@@ -1,6 +1,7 @@
 """How SEED's env-only actors reach the inference server: one interface, three transports.
 
-* ``serial.SerialActors``: every env stepped in the caller's thread (deterministic; tests, notebooks);
+* ``serial.SerialActors``: every env stepped in the caller's thread (deterministic; tests,
+  notebooks);
 * ``local.LocalActors``: actor processes on this machine, shared memory and two pipes;
 * ``ray.RayActors``: Ray actors over a cluster, served by ``ray_server.RayInferenceServer``.
 

@@ -63,8 +63,8 @@ class LocalActors:
     then joins them; actors die with this process however it ends.
 
     Args:
-        server: the :class:`InferenceServer` (its ``max_batch_size`` and ``timeout`` decide batching;
-            a batch is also full when every live env waits).
+        server: the :class:`InferenceServer` (its ``max_batch_size`` and ``timeout`` decide
+            batching; a batch is also full when every live env waits).
         env_id: the environments' id (validated here, before any process starts).
         num_actors: actor processes to start.
         envs_per_actor: envs (slots) per actor; each actor sends all of them in one request.
@@ -122,7 +122,7 @@ class LocalActors:
         self._slots: SharedSlots | None = None
         self._finalizer = None
 
-    # -- lifecycle ----------------------------------------------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> "LocalActors":
         if self._thread is not None:
@@ -197,7 +197,8 @@ class LocalActors:
         except (EOFError, OSError):
             actor.process.join(timeout=5.0)
             raise RuntimeError(
-                f"env actor {actor.index} exited (code {actor.process.exitcode}) before it was ready. "
+                f"env actor {actor.index} exited (code {actor.process.exitcode}) "
+                "before it was ready. "
                 'In a script, start actors under `if __name__ == "__main__":` (multiprocessing\'s '
                 "spawn re-imports the main module)."
             ) from None
@@ -212,7 +213,8 @@ class LocalActors:
         """Start or retire actors so that ``num_actors`` step envs (1 .. ``max_actors``)."""
         if not isinstance(num_actors, int) or not 1 <= num_actors <= self.max_actors:
             raise ValueError(
-                f"num_actors must be an int in 1..{self.max_actors} (max_actors), got {num_actors!r}"
+                f"num_actors must be an int in 1..{self.max_actors} (max_actors), "
+                f"got {num_actors!r}"
             )
         if self._thread is None:
             self.num_actors = num_actors
@@ -238,7 +240,8 @@ class LocalActors:
         self.events.append(ActorEvent(time.time(), "stopped", actor.index))
 
     def stop(self) -> None:
-        """Answer ``STOPPED`` to every actor (those mid-request included), join them, end the thread."""
+        """Answer ``STOPPED`` to every actor (those mid-request included), join them, end the
+        thread."""
         self._stopping.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10.0)
@@ -284,7 +287,7 @@ class LocalActors:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # -- the serving thread -------------------------------------------------------------------------
+    # -- the serving thread ------------------------------------------------------------------------
 
     def _serve(self) -> None:
         poller = select.poll()
@@ -424,7 +427,7 @@ class LocalActors:
                 ActorEvent(time.time(), "restarted", index, f"pid {restarted.process.pid}")
             )
 
-    # -- what the run reads -------------------------------------------------------------------------
+    # -- what the run reads ------------------------------------------------------------------------
 
     @property
     def pids(self) -> list[int]:

@@ -254,7 +254,7 @@ class RayActors:
         self._remote = None
         self._started = False
 
-    # -- lifecycle ------------------------------------------------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> "RayActors":
         if self._started:
@@ -307,7 +307,8 @@ class RayActors:
         """Start or retire actors so that ``num_actors`` step envs (1 .. ``max_actors``)."""
         if not isinstance(num_actors, int) or not 1 <= num_actors <= self.max_actors:
             raise ValueError(
-                f"num_actors must be an int in 1..{self.max_actors} (max_actors), got {num_actors!r}"
+                f"num_actors must be an int in 1..{self.max_actors} (max_actors), "
+                f"got {num_actors!r}"
             )
         if self._started:
             running = sorted(self._actors)
@@ -342,7 +343,7 @@ class RayActors:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # -- what the run reads ---------------------------------------------------------------------------
+    # -- what the run reads ------------------------------------------------------------------------
 
     def check(self) -> None:
         """Restart actors that died, collect the server's progress; raise if serving failed."""

@@ -199,7 +199,7 @@ class RayInferenceServer:
             .remote(policy, max_batch_size, timeout, **kwargs)
         )
 
-    # -- slots ----------------------------------------------------------------------------------------
+    # -- slots -------------------------------------------------------------------------------------
 
     async def reset_slots(
         self, num_slots: int, obs_shape: Sequence[int] | None = None, obs_dtype: Any = None
@@ -232,7 +232,7 @@ class RayInferenceServer:
             await self._run(self.server.restart, np.asarray(slots, dtype=np.int64))
         return [int(self._generation[s]) for s in slots]
 
-    # -- requests -------------------------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------------
 
     async def infer(
         self,
@@ -313,7 +313,7 @@ class RayInferenceServer:
             )
         return obs.astype(dtype, copy=False)
 
-    # -- batching -------------------------------------------------------------------------------------
+    # -- batching ----------------------------------------------------------------------------------
 
     def _start_batcher(self) -> None:
         if self._batcher is None:  # here, not in __init__: the actor's event loop runs the calls
@@ -402,8 +402,8 @@ class RayInferenceServer:
             if action == REJECTED:
                 request.future.set_exception(
                     ValueError(
-                        f"the inference server rejected the observation of slot {request.slot}: it holds NaN "
-                        "or infinite values; check the environment's observations."
+                        f"the inference server rejected the observation of slot {request.slot}: "
+                        "it holds NaN or infinite values; check the environment's observations."
                     )
                 )
             else:
@@ -419,7 +419,7 @@ class RayInferenceServer:
                 keep.append(request)
         self._pending = keep
 
-    # -- what the run reads ---------------------------------------------------------------------------
+    # -- what the run reads ------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, float]:
         """``InferenceServer.stats()`` (queue wait from arrival here to the batch's start, forward

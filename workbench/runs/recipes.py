@@ -1,0 +1,347 @@
+"""The settings behind each learning claim of samplers and learners, named once.
+
+A recipe is an algorithm, its config, a sampler (kind and size), a step budget and the return it
+must reach within that budget ("it learns" means a recipe reaches its target, asserted, not
+eyeballed). ``tests/`` runs the classic-control ones at one seed; ``benchmarks/learning.py`` runs
+any of them at several seeds, with an optional wall-clock limit (Atari recipes take an hour).
+
+Every recipe (these, ``apex.APEX_RECIPES``, ``seed.SEED_RECIPES``) makes a run on the shared life
+cycle (``make_run(seed)``), and ``run_recipe`` runs it against the recipe's budget and target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from workbench.envs import env_spaces
+from workbench.learners import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig, ReplayAgent
+from workbench.models import ActorCritic, QNetwork
+from workbench.runs.run import Run, RunConfig
+from workbench.runs.settings import RunSettings
+
+__all__ = [
+    "DQN_BASE",
+    "DQN_VARIANTS",
+    "MODEL_OPTIONS",
+    "RECIPES",
+    "Recipe",
+    "dqn_variant",
+    "run_recipe",
+]
+
+
+def run_recipe(
+    recipe: Any,
+    seed: int,
+    *,
+    max_seconds: float | None = None,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    runs_dir: str | None = None,
+) -> dict[str, Any]:
+    """Run ``recipe.make_run(seed)`` until its target, its env-step budget or ``max_seconds``.
+
+    Returns ``steps_to_target`` (env steps of the first row whose ``target_metric`` reached the
+    target; None if none did), ``stopped`` (``"target"``, ``"budget"`` or ``"time"``), ``curve``
+    (one point per row: ``env_steps``, ``mean_return`` (the target metric), ``episodes``,
+    ``seconds``, ``updates``), ``final_return`` and the ``run`` itself. ``on_update`` gets each
+    point as it comes (an interrupted hour keeps what it learned).
+    """
+    run = recipe.make_run(seed, runs_dir=runs_dir)
+    curve: list[dict[str, Any]] = []
+    reached: list[int] = []
+
+    def point(row: dict[str, Any]) -> None:
+        if "event" in row:
+            return
+        value = row.get(run.target_metric)
+        item = {
+            "env_steps": row["charts/env_steps"],
+            "mean_return": value,
+            "episodes": row["charts/total_episodes"],
+            "seconds": row["charts/wall_seconds"],
+            "updates": row["charts/updates"],
+        }
+        curve.append(item)
+        if value is not None and value >= recipe.target_return and not reached:
+            reached.append(row["charts/env_steps"])
+        if on_update is not None:
+            on_update(item)
+
+    run.on_row(point)
+    run.run(env_steps=recipe.total_steps, seconds=max_seconds, target_return=recipe.target_return)
+    stopped = {"target": "target", "seconds": "time"}.get(run.ended_by, "budget")
+    return {
+        "steps_to_target": reached[0] if reached else None,
+        "stopped": stopped,
+        "curve": curve,
+        "final_return": curve[-1]["mean_return"] if curve else None,
+        "run": run,
+    }
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A sampler-and-learner run with its target (``run_recipe``)."""
+
+    name: str
+    env_id: str
+    algorithm: type
+    """PPO, A2C or DQN (in a ``ReplayAgent``)."""
+    config: Any
+    num_envs: int
+    horizon: int
+    total_steps: int
+    """The budget: the target must be reached within this many env steps."""
+    target_return: float
+    """Mean raw return over the last 20 training episodes."""
+    note: str = ""
+    sampler: str = "serial"
+    """The sampler kind (``workbench.sampling.make_sampler``): ``"serial"``, ``"parallel"``,
+    ``"batched"`` or ``"alternating"``."""
+    num_workers: int = 1
+    """Worker processes of a non-serial sampler (unused by the serial one)."""
+    torch_threads: int | None = 1
+    """Torch threads of the learner's process that ``benchmarks/learning.py`` sets (None: one per
+    core). One suits small MLPs, and any model on a busy machine (see the ppo-pong recipe)."""
+    model_options: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of the model (``QNetwork`` for DQN: dueling, num_atoms, v_min, v_max)."""
+
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+        """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""
+        model_class = QNetwork if self.algorithm is DQN else ActorCritic
+        return model_class(obs_shape, num_actions, **dict(self.model_options))
+
+    def make_learner(self, seed: int) -> Any:
+        """The learner with a fresh model (torch seeded with ``seed`` first): PPO, A2C, or DQN in
+        its ``ReplayAgent`` (the replay's sampling seeded too)."""
+        torch.manual_seed(seed)
+        observation_space, action_space = env_spaces(self.env_id)
+        model = self.make_model(observation_space.shape, action_space.n)
+        config = replace(self.config)
+        if self.algorithm is DQN:
+            return ReplayAgent(DQN(model, config), seed=seed)
+        if self.algorithm is PPO:
+            return PPO(model, config, seed=seed)
+        return self.algorithm(model, config)
+
+    def make_run(self, seed: int, *, runs_dir: str | None = None, name: str | None = None) -> Run:
+        """A ``Run`` of the recipe at ``seed`` (not started)."""
+        learner = self.make_learner(seed)
+        batch = self.num_envs * self.horizon
+        minibatches = getattr(self.config, "num_minibatches", 1)
+        settings = RunSettings(
+            num_actors=self.num_workers,
+            num_envs=self.num_envs,
+            horizon=self.horizon,
+            minibatch_size=batch // minibatches,
+        )
+        config = RunConfig(
+            total_steps=self.total_steps,
+            seed=seed,
+            name=name,
+            **({} if runs_dir is None else {"runs_dir": runs_dir}),
+        )
+        return Run(self.env_id, learner, sampler=self.sampler, settings=settings, config=config)
+
+    def run(self, seed: int, **options: Any) -> dict[str, Any]:
+        """``run_recipe(self, seed, ...)``."""
+        return run_recipe(self, seed, **options)
+
+
+# Shared by the DQN and C51 CartPole recipes (each recipe copies its config when it makes the
+# agent).
+_CARTPOLE_DQN = DQNConfig(
+    learning_rate=1e-3,
+    batch_size=64,
+    replay_ratio=32.0,
+    replay_capacity=100_000,
+    learning_starts=1_000,
+    target_update_interval=256,
+    exploration_fraction=0.16,
+    epsilon_end=0.04,
+    n_step=3,
+    double=True,
+)
+
+
+# ActorCritic shares one trunk between policy and value. CartPole's returns (tens to hundreds) make
+# the value loss's gradient dominate that trunk, and a global-norm clip then shrinks the policy's
+# gradient with it: so a small value_coef and no global clipping (Adam and RMSProp normalise each
+# parameter's step, so the value head still learns at the full rate).
+RECIPES: dict[str, Recipe] = {
+    recipe.name: recipe
+    for recipe in (
+        Recipe(
+            name="ppo-cartpole",
+            env_id="CartPole-v1",
+            algorithm=PPO,
+            config=PPOConfig(  # rl-baselines3-zoo's CartPole settings, on a shared trunk
+                learning_rate=1e-3,
+                gamma=0.98,
+                gae_lambda=0.8,
+                num_epochs=20,
+                num_minibatches=1,
+                entropy_coef=0.0,
+                value_coef=0.05,
+                clip_value_loss=False,
+                max_grad_norm=None,
+            ),
+            num_envs=8,
+            horizon=32,
+            total_steps=100_000,
+            target_return=475.0,
+            note="seen: 21k-36k steps, seeds 0-3",
+        ),
+        Recipe(
+            name="a2c-cartpole",
+            env_id="CartPole-v1",
+            algorithm=A2C,
+            config=A2CConfig(
+                entropy_coef=0.0, value_coef=0.05, max_grad_norm=None
+            ),  # RMSProp 7e-4, n = 5
+            num_envs=8,
+            horizon=5,
+            total_steps=200_000,
+            target_return=400.0,
+            note="seen: 79k-113k steps, seeds 0-3",
+        ),
+        Recipe(
+            name="dqn-cartpole",
+            env_id="CartPole-v1",
+            algorithm=DQN,
+            # SB3 zoo's CartPole DQN sizes (256x256, lr ~1e-3, batch 64, 0.5 updates per step,
+            # target refreshed every ~128-256 updates), with double Q, dueling and 3-step returns.
+            config=_CARTPOLE_DQN,
+            model_options=(("dueling", True), ("hidden", (256, 256))),
+            num_envs=4,
+            horizon=8,
+            total_steps=100_000,
+            target_return=475.0,
+            note="seen: 26k-60k steps, seeds 0-3 (uniform replay)",
+        ),
+        Recipe(
+            name="c51-cartpole",
+            env_id="CartPole-v1",
+            algorithm=DQN,
+            config=_CARTPOLE_DQN,
+            model_options=(
+                ("dueling", True),
+                ("hidden", (256, 256)),
+                ("num_atoms", 51),
+                ("v_min", 0.0),
+                ("v_max", 100.0),
+            ),  # returns of CartPole at gamma 0.99 lie in [0, 100]
+            num_envs=4,
+            horizon=8,
+            total_steps=120_000,
+            target_return=475.0,
+            note="categorical (C51) with double, dueling, 3-step returns",
+        ),
+        Recipe(
+            name="ppo-pong",
+            env_id="ALE/Pong-v5",
+            algorithm=PPO,
+            config=PPOConfig(  # CleanRL's ppo_atari.py, with the learner's bfloat16 speed-up
+                learning_rate=2.5e-4,
+                anneal_lr=True,
+                gamma=0.99,
+                gae_lambda=0.95,
+                num_epochs=4,
+                num_minibatches=4,
+                clip_coef=0.1,
+                clip_value_loss=True,
+                entropy_coef=0.01,
+                value_coef=0.5,
+                max_grad_norm=0.5,
+                autocast="bfloat16",  # 2x cheaper updates on an avx512_bf16 CPU
+                channels_last=False,  # beside bfloat16 no faster on that CPU (float32 alone: 1.3x)
+            ),
+            num_envs=8,
+            horizon=128,
+            total_steps=2_500_000,
+            target_return=18.0,
+            note=(
+                "2.5M agent steps = 10M frames, on ALE/Pong-v5 as the workbench's envs make it "
+                "(sticky actions 0.25, episodic life, clipped training rewards; returns on whole "
+                "games). Not yet run to its end here. On the 2-core CPU it trains at about "
+                "400-470 steps/s (data/training_throughput.json, sync rows), so an hour covers "
+                "about 1.5-1.7M steps: benchmarks/learning.py --recipes ppo-pong --seeds 0 "
+                "--max-seconds 3600 records how far it got."
+            ),
+            # at 8 envs on 2 cores the fastest (benchmarks/training_throughput.py)
+            sampler="serial",
+            # One thread: with other processes on the cores a two-thread bfloat16 learner collapses
+            # (35 s instead of 2.5 s per update, measured); on an idle machine two are ~15% faster.
+            torch_threads=1,
+        ),
+    )
+}
+
+
+# --- The DQN family as one-line changes (notebook 05) ---------------------------------------------
+
+MODEL_OPTIONS = ("dueling", "num_atoms", "v_min", "v_max", "hidden")
+"""Keys of a variant's changes that are ``QNetwork`` options; every other key is a ``DQNConfig``
+field."""
+
+_C51_CARTPOLE = {
+    "num_atoms": 51,
+    "v_min": 0.0,
+    "v_max": 100.0,
+}  # CartPole's returns at gamma 0.99 lie in [0, 100]
+
+DQN_BASE = replace(
+    RECIPES["dqn-cartpole"],
+    name="dqn-cartpole-plain",
+    config=replace(_CARTPOLE_DQN, n_step=1, double=False, prioritized=False),
+    model_options=(("hidden", (256, 256)),),
+    note="the dqn-cartpole recipe with every extension off: Mnih et al. 2015's one-step, "
+    "single-network target on a plain (not dueling) network with uniform replay; the base of "
+    "DQN_VARIANTS",
+)
+"""Plain DQN on CartPole-v1: the ``dqn-cartpole`` recipe's sizes, with every extension off."""
+
+DQN_VARIANTS: dict[str, dict[str, Any]] = {
+    "DQN": {},  # Mnih et al. 2015: 1-step, single, plain net, uniform
+    "+ double": {"double": True},  # van Hasselt et al. 2016, Eq. 4
+    "+ dueling": {"dueling": True},  # Wang et al. 2016, Eq. 9
+    "+ 3-step": {"n_step": 3},  # Sutton 1988; Rainbow's n = 3
+    "+ prioritized": {"prioritized": True},  # Schaul et al. 2016, proportional
+    "C51": dict(_C51_CARTPOLE),  # Bellemare et al. 2017, Alg. 1
+    "all (Rainbow - noisy)": {
+        "double": True,
+        "dueling": True,
+        "n_step": 3,
+        "prioritized": True,
+        **_C51_CARTPOLE,
+    },  # Hessel et al. 2018 without noisy nets
+}
+"""The DQN family, each member as its changes to ``DQN_BASE`` (``dqn_variant`` applies them):
+one extension added to plain DQN at a time, as in Rainbow's Fig. 1, then all of them together."""
+
+
+def dqn_variant(base: Recipe = DQN_BASE, name: str | None = None, **changes: Any) -> Recipe:
+    """``base`` with ``changes``: keys in ``MODEL_OPTIONS`` replace the ``QNetwork`` options, the
+    others replace ``DQNConfig`` fields (``dqn_variant(double=True)`` is Double DQN)."""
+    if base.algorithm is not DQN:
+        raise ValueError(
+            f"dqn_variant needs a DQN recipe as its base, got {base.name!r} "
+            f"({base.algorithm.__name__})."
+        )
+    fields = set(DQNConfig.__dataclass_fields__)
+    unknown = sorted(set(changes) - fields - set(MODEL_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"dqn_variant: {unknown} are neither DQNConfig fields nor QNetwork options "
+            f"{list(MODEL_OPTIONS)}."
+        )
+    model = dict(base.model_options)
+    model.update({key: value for key, value in changes.items() if key in MODEL_OPTIONS})
+    config = replace(
+        base.config, **{key: value for key, value in changes.items() if key not in MODEL_OPTIONS}
+    )
+    return replace(base, name=name or base.name, config=config, model_options=tuple(model.items()))

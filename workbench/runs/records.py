@@ -1,0 +1,186 @@
+"""What a run leaves on disk: ``metrics.jsonl`` (a header line per segment, then one row per
+iteration or interval, and one per event) and an atomic ``checkpoint.pt``.
+
+One row schema for every run kind (``Run``, ``Apex``, ``Seed``), namespaced keys:
+
+* ``charts/...``: progress and returns, the same keys for every kind: ``charts/iteration``,
+  ``charts/env_steps``, ``charts/updates``, ``charts/wall_seconds``, ``charts/steps_per_second``,
+  ``charts/updates_per_second``, ``charts/episodes`` (ended since the last row),
+  ``charts/episode_return`` (their mean raw return), ``charts/mean_return`` (the mean of the last
+  20 episodes; None until 20 have ended), and what each kind adds (``charts/policy_lag`` ...);
+* ``losses/...``: the learner's; ``time/...``: seconds per stage;
+* ``apex/...``, ``seed/...``, ``sampler/...``: what one system alone measures.
+
+An event row has an ``"event"`` key (``settings``, ``settings_refused``, ``actors``,
+``actor_restart``, ``worker_restart``, ``resumed``) beside the counters at which it happened.
+Non-finite numbers are written as null (strict JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import os
+import random
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "config_from_dict",
+    "config_to_dict",
+    "git_commit",
+    "jsonable",
+    "load_checkpoint_file",
+    "load_metrics",
+    "rng_states",
+    "save_atomically",
+    "set_rng_states",
+]
+
+
+def jsonable(value: Any) -> Any:
+    """Strict JSON: NaN and infinities become null; tuples lists; tensors and numpy scalars
+    numbers."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(config_to_dict(value))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (torch.Tensor, np.generic)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def load_metrics(path: "str | os.PathLike") -> tuple[list[dict], list[dict]]:
+    """``(headers, rows)`` from a run's ``metrics.jsonl`` (or its folder).
+
+    A header line starts every segment of the run (its start, each restart or resume); rows are
+    metric rows and event rows (with an ``"event"`` key). Non-finite numbers were written as null.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    headers, rows = [], []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                (headers if record.get("type") == "header" else rows).append(record)
+    return headers, rows
+
+
+def git_commit() -> str:
+    """The package's commit (read-only ``git rev-parse HEAD``), or ``"unknown"``."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "unknown"
+
+
+# --------------------------------------------------------------------------------------------------
+# Configs as plain data (headers, checkpoints)
+
+
+def config_to_dict(config: Any) -> Any:
+    """A dataclass config (nested ones included) as plain data that ``config_from_dict`` turns back
+    into the same config: ``{"__class__": "module.Name", field: value, ...}``."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        out = {"__class__": f"{type(config).__module__}.{type(config).__qualname__}"}
+        for field in dataclasses.fields(config):
+            out[field.name] = config_to_dict(getattr(config, field.name))
+        return out
+    if isinstance(config, dict):
+        return {k: config_to_dict(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
+        return type(config)(config_to_dict(v) for v in config)
+    return config
+
+
+def config_from_dict(data: Any) -> Any:
+    """The config ``config_to_dict`` described (classes are looked up in ``workbench`` only)."""
+    if isinstance(data, dict) and "__class__" in data:
+        module_name, _, name = data["__class__"].rpartition(".")
+        if not module_name.startswith("workbench."):
+            raise ValueError(
+                f"a saved config names {data['__class__']!r}, outside workbench; refused"
+            )
+        cls = getattr(importlib.import_module(module_name), name)
+        fields = {k: config_from_dict(v) for k, v in data.items() if k != "__class__"}
+        init = {f.name for f in dataclasses.fields(cls) if f.init}
+        return cls(**{k: v for k, v in fields.items() if k in init})
+    if isinstance(data, dict):
+        return {k: config_from_dict(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [config_from_dict(v) for v in data]
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def rng_states() -> dict[str, Any]:
+    """Generators' states in types ``torch.load(weights_only=True)`` accepts."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    kind, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save_atomically(state: dict[str, Any], path: Path) -> Path:
+    """``torch.save`` to a temporary file, then ``os.replace``: a crash mid-write leaves the
+    previous checkpoint whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        torch.save(state, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint_file(path: "str | os.PathLike") -> dict[str, Any]:
+    """A checkpoint (a file, or a run's folder holding ``checkpoint.pt``), loaded on the CPU."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.pt"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no checkpoint at {path}; pass a run's folder or its checkpoint.pt"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)

@@ -1,0 +1,135 @@
+"""A run's rows as they are written: the log (memory, file, callbacks) and the episodes behind them.
+
+``RowLog`` keeps every row of a run in memory, appends it to ``metrics.jsonl`` and hands it to
+the callbacks that asked for rows (a panel, a recipe's curve); a failing callback is reported,
+never fatal. ``EpisodeWindow`` keeps the returns that the shared ``charts/...`` keys are made of:
+the episodes since the last row, and the mean of the last ``RETURN_WINDOW``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.runs.records import jsonable, load_metrics
+
+__all__ = ["RETURN_WINDOW", "EpisodeWindow", "RowLog", "row_line"]
+
+RETURN_WINDOW = 20
+"""Episodes averaged in ``charts/mean_return``."""
+
+
+class RowLog:
+    """Rows in memory and in ``path`` (JSON lines), and the callbacks that get each new row."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path, self.label = path, label
+        self.callback_errors: list[str] = []
+        self._rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[dict], None]] = []
+        self._failed: list[Callable[[dict], None]] = []
+
+    @property
+    def rows(self) -> list[dict]:
+        """A snapshot of every row so far."""
+        with self._lock:
+            return list(self._rows)
+
+    def on_row(self, fn: Callable[[dict], None]) -> None:
+        self._callbacks.append(fn)
+
+    def write_line(self, record: dict) -> None:
+        """One line of the file that is not a row (a header)."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(jsonable(record)) + "\n")
+
+    def record(self, row: dict) -> None:
+        with self._lock:
+            self._rows.append(row)
+            self.write_line(row)
+        for fn in list(self._callbacks):
+            try:
+                fn(row)
+            except Exception:
+                text = traceback.format_exc()
+                if not any(fn is seen for seen in self._failed):  # printed once per callback
+                    self._failed.append(fn)
+                    print(
+                        f"Run {self.label!r}: callback {getattr(fn, '__name__', fn)!r} raised "
+                        "(the run goes on; later errors only in run.callback_errors):\n"
+                        f"{text}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                if len(self.callback_errors) < 100:
+                    self.callback_errors.append(text)
+
+    def reload(self, env_steps: int) -> None:
+        """Read back the file's rows up to ``env_steps`` (rows past a checkpoint are left out)."""
+        rows = []
+        if self.path.exists():
+            _, rows = load_metrics(self.path)
+            rows = [r for r in rows if r.get("charts/env_steps", 0) <= env_steps]
+        with self._lock:
+            self._rows = rows
+
+
+class EpisodeWindow:
+    """Finished episodes: those since the last row, the last ``RETURN_WINDOW``, the total."""
+
+    def __init__(self) -> None:
+        self.recent: deque = deque(maxlen=RETURN_WINDOW)
+        self.total = 0
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+
+    def record(self, returns: list[float], lengths: list[int] | None = None) -> None:
+        self._returns.extend(float(r) for r in returns)
+        self._lengths.extend(int(n) for n in (lengths or ()))
+        self.recent.extend(float(r) for r in returns)
+        self.total += len(returns)
+
+    def mean(self) -> float | None:
+        """The mean of the last ``RETURN_WINDOW`` episodes, once that many have ended."""
+        return float(np.mean(self.recent)) if len(self.recent) == RETURN_WINDOW else None
+
+    def take_interval(self) -> dict[str, Any]:
+        """The shared keys of the episodes since the last call (and forget them)."""
+        keys: dict[str, Any] = {
+            "charts/episodes": len(self._returns),
+            "charts/total_episodes": self.total,
+            "charts/mean_return": self.mean(),
+        }
+        if self._returns:  # raw returns of the episodes that ended since the last row
+            keys["charts/episode_return"] = float(np.mean(self._returns))
+            if self._lengths:
+                keys["charts/episode_length"] = float(np.mean(self._lengths))
+        self._returns, self._lengths = [], []
+        return keys
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"recent": list(self.recent), "total": self.total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.recent.clear()
+        self.recent.extend(state["recent"])
+        self.total = int(state["total"])
+
+
+def row_line(row: dict, target_metric: str) -> str:
+    """One progress line of a row: env steps, updates, the target metric, steps/s."""
+    value = row.get(target_metric)
+    shown = "   n/a" if value is None else f"{value:7.1f}"
+    return (
+        f"env steps {row['charts/env_steps']:>9}  updates {row['charts/updates']:>7}  "
+        f"return {shown}  {row['charts/steps_per_second']:8.0f} steps/s"
+    )

@@ -1,0 +1,168 @@
+"""Live settings: what a running loop reads at each iteration boundary; and the limits that end it.
+
+Widgets (or code in another cell) write a :class:`RunSettings` while a run goes; the run's loop
+calls :meth:`RunSettings.take_changes` between iterations and applies what changed (resize the
+sampler, reallocate buffers, move the learner). Every applied change becomes an event in the run's
+metrics, so plots can mark where it happened.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+__all__ = ["Change", "Limits", "RunSettings", "Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One consistent set of values (an immutable snapshot)."""
+
+    num_actors: int = 2
+    """Worker processes (actors) stepping environments."""
+    num_envs: int = 8
+    """B: environments stepped per iteration, across all actors."""
+    horizon: int = 128
+    """T: steps per environment per iteration. The batch is ``num_envs * horizon``."""
+    minibatch_size: int = 256
+    """Samples per gradient step inside one iteration's optimisation."""
+    learner_devices: tuple[str, ...] = ("cpu",)
+    """Devices of the learner: one, or several for data-parallel learners (DDP)."""
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.horizon
+
+    def check(self) -> None:
+        """Raise ValueError, naming the fix, when the values cannot work together."""
+        for name in ("num_actors", "num_envs", "horizon", "minibatch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if self.num_actors > self.num_envs:
+            raise ValueError(
+                f"num_actors={self.num_actors} > num_envs={self.num_envs}: each actor needs at "
+                f"least one env. Use num_actors <= {self.num_envs} or more envs."
+            )
+        if self.batch_size % self.minibatch_size:
+            raise ValueError(
+                f"minibatch_size={self.minibatch_size} does not divide the batch "
+                f"num_envs * horizon = {self.batch_size}; use a divisor of {self.batch_size}."
+            )
+        if not self.learner_devices or len(set(self.learner_devices)) != len(self.learner_devices):
+            raise ValueError(
+                f"learner_devices={self.learner_devices!r} must name one or more distinct devices; "
+                "for two CPU learners (gloo) use ('cpu:0', 'cpu:1')."
+            )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One applied change: which fields, from what to what, at which iteration."""
+
+    iteration: int
+    old: dict[str, Any]
+    new: dict[str, Any]
+
+
+class RunSettings:
+    """Thread-safe holder of :class:`Settings`: widgets write, the run's loop reads.
+
+    ``update(**values)`` validates the whole new set at once and raises (changing nothing) when it
+    does not hold together. The loop calls ``take_changes()`` between iterations: it returns the
+    new settings and what changed since the last call, or None when nothing did.
+    """
+
+    def __init__(self, settings: Settings | None = None, **values: Any) -> None:
+        settings = replace(settings or Settings(), **values)
+        settings.check()
+        self._lock = threading.Lock()
+        self._current = settings
+        self._applied = settings
+
+    @property
+    def current(self) -> Settings:
+        """The newest requested settings (maybe not applied yet)."""
+        with self._lock:
+            return self._current
+
+    @property
+    def applied(self) -> Settings:
+        """The settings the loop is running with."""
+        with self._lock:
+            return self._applied
+
+    def update(self, **values: Any) -> Settings:
+        unknown = set(values) - {f.name for f in fields(Settings)}
+        if unknown:
+            raise ValueError(
+                f"Unknown setting(s) {sorted(unknown)}; the settings are "
+                f"{[f.name for f in fields(Settings)]}."
+            )
+        if "learner_devices" in values:
+            values["learner_devices"] = tuple(values["learner_devices"])
+        with self._lock:
+            candidate = replace(self._current, **values)
+            candidate.check()
+            self._current = candidate
+            return candidate
+
+    def take_changes(self, iteration: int) -> tuple[Settings, Change] | None:
+        """The settings to apply now and the change they make, or None if nothing changed."""
+        with self._lock:
+            new, old = self._current, self._applied
+            if new == old:
+                return None
+            self._applied = new
+        differing = [
+            f.name for f in fields(Settings) if getattr(new, f.name) != getattr(old, f.name)
+        ]
+        return new, Change(
+            iteration=iteration,
+            old={name: getattr(old, name) for name in differing},
+            new={name: getattr(new, name) for name in differing},
+        )
+
+    def __repr__(self) -> str:
+        return f"RunSettings({self.current})"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a run's loop ends by itself (None: no such limit); the loop also ends at ``stop()``."""
+
+    env_steps: int | None = None
+    """Environment (agent) steps, over every segment of the run."""
+    updates: int | None = None
+    """Learner updates."""
+    seconds: float | None = None
+    """Wall-clock seconds of the run, over its segments."""
+    target_return: float | None = None
+    """The row key ``target_metric`` of the run kind reaches this (e.g. the mean return of the
+    last 20 episodes, or Ape-X's actor exploring least)."""
+
+    def replace(self, **changes: Any) -> "Limits":
+        names = {f.name for f in fields(self)}
+        unknown = set(changes) - names
+        if unknown:
+            raise ValueError(f"unknown limit(s) {sorted(unknown)}; the limits are {sorted(names)}")
+        for name, value in changes.items():
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+            ):
+                raise ValueError(f"limit {name}={value!r} must be a number or None")
+            if value is not None and name != "target_return" and value < 0:
+                raise ValueError(f"limit {name}={value!r} must be >= 0")
+        return replace(self, **changes)
+
+    def any(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def reached(self, env_steps: int, updates: int, seconds: float) -> str | None:
+        """The name of the first of the counting limits these counters reached, or None."""
+        for name, value in (("env_steps", env_steps), ("updates", updates), ("seconds", seconds)):
+            limit = getattr(self, name)
+            if limit is not None and value >= limit:
+                return name
+        return None

@@ -27,8 +27,8 @@ import torch
 from workbench.apex.config import ApexConfig, make_agent
 from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
 from workbench.runs.lifecycle import Limits, RunLifecycle
-from workbench.runs.records import config_from_dict, config_to_dict, load_checkpoint_file
-from workbench.runs.settings import RunSettings, Settings
+from workbench.runs.records import config_to_dict, resume_point
+from workbench.runs.settings import Settings, actor_settings, check_num_actors
 from workbench.system import resolve_device
 
 __all__ = ["Apex"]
@@ -86,19 +86,11 @@ class Apex(RunLifecycle):
         self.agent = make_agent(config, self.device)
         self.target_metric = target_metric
         self.log_interval = float(log_interval)
-        settings = RunSettings(
-            Settings(
-                num_actors=config.num_actors,
-                num_envs=config.max_actors,
-                horizon=1,
-                minibatch_size=1,
-            )
-        )
         super().__init__(
             name=name,
             runs_dir=runs_dir,
             label=f"apex_{config.env_id}",
-            settings=settings,
+            settings=actor_settings(config.num_actors, config.max_actors),
             limits=limits or Limits(),
             checkpoint_every=checkpoint_every,
         )
@@ -122,16 +114,7 @@ class Apex(RunLifecycle):
 
     def set_num_actors(self, num_actors: int) -> None:
         """Ask for ``num_actors`` actors; the learner applies it at its next step."""
-        limit = self.config.max_actors
-        if (
-            isinstance(num_actors, bool)
-            or not isinstance(num_actors, int)
-            or not 1 <= num_actors <= limit
-        ):
-            raise ValueError(
-                f"num_actors must be an int in [1, max_actors={limit}], got {num_actors!r}; "
-                "raise ApexConfig.max_actors for more."
-            )
+        check_num_actors(num_actors, self.config.max_actors, "raise ApexConfig.max_actors.")
         self.settings.update(num_actors=num_actors)
 
     def actor_pids(self) -> dict[int, int]:
@@ -267,13 +250,7 @@ class Apex(RunLifecycle):
         weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
         defaults to the saved one; the run keeps its name, so its metrics file grows. Not
         started."""
-        saved = load_checkpoint_file(path)
-        config = config or config_from_dict(saved["state"]["config"])
-        if runs_dir is None:
-            from pathlib import Path
-
-            folder = Path(path) if Path(path).is_dir() else Path(path).parent
-            runs_dir = str(folder.parent)
+        saved, config, runs_dir = resume_point(path, config, runs_dir)
         run = cls(
             config,
             transport=transport,

@@ -8,28 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.apex import Apex, ApexConfig
+from workbench.apex.recipes import APEX_CARTPOLE_AGENT
 from workbench.lab.curves import study_dir
 from workbench.learners import DQNConfig
 
-__all__ = ["APEX_CARTPOLE_AGENT", "ApexThroughput", "apex_cartpole_config", "apex_throughput"]
-
-
-APEX_CARTPOLE_AGENT = dict(
-    n_step=3,
-    double=True,
-    batch_size=64,
-    learning_rate=1e-3,
-    adam_eps=1e-8,
-    replay_capacity=100_000,
-    target_update_interval=256,
-    prioritized=True,
-    priority_alpha=0.6,
-    max_grad_norm=10.0,
-)
-"""``DQNConfig`` fields of Ape-X on CartPole-v1: the paper's 3-step double Q on a dueling network
-(Horgan et al. 2018, Appendix C), with CartPole's batch, learning rate and target interval (the
-agent of ``tests/test_apex.py``'s CartPole runs). With 4 actors it reached a return of 475 here in
-8k-28k learner updates (0.5-1.5 min on 2 cores), 200 in 4k-32k."""
+__all__ = ["ApexThroughput", "apex_cartpole_config", "apex_throughput"]
 
 
 def apex_cartpole_config(**changes: Any) -> ApexConfig:

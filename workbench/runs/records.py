@@ -39,6 +39,7 @@ __all__ = [
     "jsonable",
     "load_checkpoint_file",
     "load_metrics",
+    "resume_point",
     "rng_states",
     "save_atomically",
     "set_rng_states",
@@ -184,3 +185,18 @@ def load_checkpoint_file(path: "str | os.PathLike") -> dict[str, Any]:
             f"no checkpoint at {path}; pass a run's folder or its checkpoint.pt"
         )
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def resume_point(
+    path: "str | os.PathLike", config: Any = None, runs_dir: "str | None" = None
+) -> tuple[dict[str, Any], Any, str]:
+    """What a run needs to continue a checkpoint (a file, or a run's folder): the loaded
+    checkpoint, the config (``config``, or the saved one), and the runs folder to write in
+    (``runs_dir``, or the one the checkpoint's run lives in, so its metrics file grows)."""
+    saved = load_checkpoint_file(path)
+    if config is None:
+        config = config_from_dict(saved["state"]["config"])
+    if runs_dir is None:
+        folder = Path(path) if Path(path).is_dir() else Path(path).parent
+        runs_dir = str(folder.parent)
+    return saved, config, runs_dir

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["Change", "Limits", "RunSettings", "Settings"]
+__all__ = ["Change", "Limits", "RunSettings", "Settings", "actor_settings", "check_num_actors"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,27 @@ class RunSettings:
 
     def __repr__(self) -> str:
         return f"RunSettings({self.current})"
+
+
+def actor_settings(num_actors: int, max_actors: int) -> RunSettings:
+    """The live settings of a run of actors (Ape-X, SEED), whose one live knob is the actor count:
+    ``num_envs`` holds the most actors the run allows, so ``Settings.check`` bounds it; the
+    horizon and minibatch are the learner's business there (1)."""
+    settings = Settings(num_actors=num_actors, num_envs=max_actors, horizon=1, minibatch_size=1)
+    return RunSettings(settings)
+
+
+def check_num_actors(num_actors: Any, max_actors: int, fix: str) -> None:
+    """Raise ValueError unless ``num_actors`` is an int in ``[1, max_actors]``; ``fix`` says how
+    to allow more (which config field to raise)."""
+    if (
+        isinstance(num_actors, bool)
+        or not isinstance(num_actors, int)
+        or not 1 <= num_actors <= max_actors
+    ):
+        raise ValueError(
+            f"num_actors must be an int in [1, max_actors={max_actors}], got {num_actors!r}; {fix}"
+        )
 
 
 @dataclass(frozen=True)

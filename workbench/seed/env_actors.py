@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.envs import make_vector_env
+from workbench.envs import env_spaces, make_vector_env
 from workbench.processes import SharedArray, die_with_parent
 
 FIRST, TERMINATED, TRUNCATED, EPISODE_DONE = 1, 2, 4, 8
@@ -55,6 +55,18 @@ REPLY_TIMEOUT = 300.0
 
 class ServerStopped(Exception):
     """The inference server stopped (or went away) while this actor waited for an action."""
+
+
+def served_spaces(env_id: str, env_options: dict | None = None) -> tuple[Any, Any]:
+    """``env_id``'s observation and action spaces, checked before any actor starts: the id
+    exists, and its actions are discrete (the inference server answers action indices)."""
+    observation_space, action_space = env_spaces(env_id, **(env_options or {}))
+    if not hasattr(action_space, "n"):
+        raise ValueError(
+            f"{env_id} has a continuous action space {action_space}; the inference "
+            "server answers discrete actions. Pick a discrete-action env."
+        )
+    return observation_space, action_space
 
 
 @dataclass

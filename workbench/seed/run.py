@@ -26,7 +26,6 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +37,8 @@ from workbench.learners import IMPALA, R2D2, SEQUENCE_KEYS, STATE_KEYS, IMPALACo
 from workbench.models import ActorCritic, RecurrentQNetwork
 from workbench.replay import RateLimiter
 from workbench.runs.lifecycle import Limits, RunLifecycle
-from workbench.runs.records import config_from_dict, config_to_dict, load_checkpoint_file
-from workbench.runs.settings import RunSettings, Settings
+from workbench.runs.records import config_to_dict, resume_point
+from workbench.runs.settings import Settings, actor_settings, check_num_actors
 from workbench.seed.assembler import EpisodeLog, TrajectoryAssembler, stack_windows
 from workbench.seed.server import InferenceServer, RecurrentEpsilonGreedy, SampledPolicy
 from workbench.seed.transports import SeedTransport
@@ -220,19 +219,11 @@ class Seed(RunLifecycle):
             listeners=[self.assembler, self.episodes],
             lock=self.lock,
         )
-        settings = RunSettings(
-            Settings(
-                num_actors=config.num_actors,
-                num_envs=config.actor_limit,
-                horizon=1,
-                minibatch_size=1,
-            )
-        )
         super().__init__(
             name=name,
             runs_dir=runs_dir,
             label=f"seed_{config.env_id}",
-            settings=settings,
+            settings=actor_settings(config.num_actors, config.actor_limit),
             limits=limits or Limits(),
             checkpoint_every=checkpoint_every,
         )
@@ -257,16 +248,7 @@ class Seed(RunLifecycle):
 
     def set_num_actors(self, num_actors: int) -> None:
         """Ask for ``num_actors`` actors; the learner loop applies it at its next step."""
-        limit = self.config.actor_limit
-        if (
-            isinstance(num_actors, bool)
-            or not isinstance(num_actors, int)
-            or not 1 <= num_actors <= limit
-        ):
-            raise ValueError(
-                f"num_actors must be an int in [1, max_actors={limit}], got {num_actors!r}; "
-                "raise SeedConfig.max_actors for more."
-            )
+        check_num_actors(num_actors, self.config.actor_limit, "raise SeedConfig.max_actors.")
         if self.config.transport == "serial":
             raise ValueError(
                 "the serial transport steps a fixed set of envs; use transport='local' "
@@ -458,10 +440,6 @@ class Seed(RunLifecycle):
         weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
         defaults to the saved one; the run keeps its name, so its metrics file grows. Not
         started."""
-        saved = load_checkpoint_file(path)
-        config = config or config_from_dict(saved["state"]["config"])
-        if runs_dir is None:
-            folder = Path(path) if Path(path).is_dir() else Path(path).parent
-            runs_dir = str(folder.parent)
+        saved, config, runs_dir = resume_point(path, config, runs_dir)
         run = cls(config, device=device, name=saved["name"], runs_dir=runs_dir, **options)
         return run.load_checkpoint(saved, str(path))

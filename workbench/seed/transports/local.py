@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from workbench.envs import env_spaces
 from workbench.processes import WORKER_TIMEOUT
 from workbench.seed.env_actors import (
     REPLY,
@@ -33,6 +32,7 @@ from workbench.seed.env_actors import (
     EnvActorSpec,
     SharedSlots,
     env_actor_main,
+    served_spaces,
 )
 from workbench.seed.server import InferenceServer
 from workbench.seed.transports import ActorEvent
@@ -92,14 +92,7 @@ class LocalActors:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.max_actors = max(num_actors, max_actors or num_actors)
-        observation_space, action_space = env_spaces(
-            env_id, **(env_options or {})
-        )  # validates the id
-        if not hasattr(action_space, "n"):
-            raise ValueError(
-                f"{env_id} has a continuous action space {action_space}; the inference "
-                "server answers discrete actions. Pick a discrete-action env."
-            )
+        observation_space, action_space = served_spaces(env_id, env_options)
         self.server = server
         self.env_id = env_id
         self.num_actors = num_actors

@@ -44,8 +44,14 @@ from typing import Any
 import numpy as np
 
 from workbench.cluster import ensure_ray, import_ray, node_for
-from workbench.envs import env_spaces, make_vector_env
-from workbench.seed.env_actors import FIRST, REPLY_TIMEOUT, ServerStopped, request_flags
+from workbench.envs import make_vector_env
+from workbench.seed.env_actors import (
+    FIRST,
+    REPLY_TIMEOUT,
+    ServerStopped,
+    request_flags,
+    served_spaces,
+)
 from workbench.seed.transports import ActorEvent
 from workbench.seed.transports.ray_server import RayInferenceServer, percentiles_ms
 
@@ -228,14 +234,7 @@ class RayActors:
         if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
             raise ValueError(f"num_actors must be a positive int, got {num_actors!r}")
         self.ray = import_ray()
-        observation_space, action_space = env_spaces(
-            env_id, **(env_options or {})
-        )  # validates the id
-        if not hasattr(action_space, "n"):
-            raise ValueError(
-                f"{env_id} has a continuous action space {action_space}; the inference "
-                "server answers discrete actions. Pick a discrete-action env."
-            )
+        observation_space, action_space = served_spaces(env_id, env_options)
         self.server = server
         self.env_id = env_id
         self.num_actors = num_actors

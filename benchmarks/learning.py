@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -90,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds between progress lines during a run (0: none; default 60)",
     )
     parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the runs already in --out (other seeds, other recipes) and replace only those "
+        "of the seeds run now: three seeds recorded at different times end in one file",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="where to write the JSON results (default data/learning.json for the default "
@@ -114,15 +121,28 @@ class Curve:
     """The learning curve of one run, thinned to a point every ``every`` seconds (the last point
     of the run is always kept: ``finish``), with progress lines every ``log_every`` seconds."""
 
-    def __init__(self, *, frameskip: int, every: float, log_every: float, prefix: str) -> None:
-        self.frameskip, self.every = frameskip, every
+    def __init__(
+        self,
+        *,
+        frameskip: int,
+        every: float,
+        log_every: float,
+        prefix: str,
+        levels: tuple[float, ...] = (),
+    ) -> None:
+        self.frameskip, self.every, self.levels = frameskip, every, levels
         self.log_every, self.prefix = log_every, prefix
         self.points: list[dict] = []
         self.last: dict | None = None
+        self.reached: dict[float, float] = {}  # return -> wall seconds of the first point there
         self._next_log = log_every if log_every > 0 else None
 
     def __call__(self, point: dict) -> None:
         self.last = {**point, "frames": point["env_steps"] * self.frameskip}
+        if point["mean_return"] is not None:
+            for level in self.levels:
+                if point["mean_return"] >= level and level not in self.reached:
+                    self.reached[level] = point["seconds"]
         if not self.points or point["seconds"] - self.points[-1]["seconds"] >= self.every:
             self.points.append(self.last)
         if self._next_log is not None and point["seconds"] >= self._next_log:
@@ -133,6 +153,11 @@ class Curve:
                 flush=True,
             )
             self._next_log += self.log_every
+
+    def seconds_to(self, level: float) -> float | None:
+        """Wall seconds of the first point whose return reached ``level`` (every point counts,
+        not only the thinned ones); None if none did."""
+        return self.reached.get(level)
 
     def finish(self) -> list[dict]:
         if self.last is not None and (not self.points or self.points[-1] is not self.last):
@@ -150,12 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     RECIPES = all_recipes()
 
     machine = machine_info()
-    report = {
-        **record.provenance("learning"),
-        "machine": dataclasses.asdict(machine),
-        "max_seconds": args.max_seconds,
-        "recipes": {},
-    }
+    provenance = {**record.provenance("learning"), "machine": dataclasses.asdict(machine)}
+    report = {**provenance, "max_seconds": args.max_seconds, "recipes": {}}
+    if args.merge and os.path.exists(args.out):
+        with open(args.out) as f:
+            report["recipes"] = json.load(f)["recipes"]
     print(
         f"{'recipe':<16}{'seed':>5}{'target':>9}{'budget':>11}{'steps to target':>17}"
         f"{'seconds':>9}  stopped"
@@ -165,12 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.recipes:
         recipe = RECIPES[name]
         atari = is_atari(recipe.env_id)
-        frameskip = AtariOptions.frameskip if atari else 1
+        env_options = dict(getattr(recipe, "env_options", ()))
+        frameskip = env_options.get("frameskip", AtariOptions.frameskip) if atari else 1
         # The recipe's choice (small MLPs: one thread is fastest and deterministic; see ppo-pong for
         # why one also for the CNN on a shared machine), unless --threads says otherwise.
         torch.set_num_threads(args.threads or recipe.torch_threads or machine.cores)
+        earlier = report["recipes"].get(name, {}).get("runs", [])
         entry = report["recipes"][name] = {
             "env_id": recipe.env_id,
+            "env_options": env_options,
+            "model_options": dict(getattr(recipe, "model_options", ())),
+            "mode": getattr(recipe, "mode", None),
             "algorithm": recipe.algorithm.__name__,
             "config": dataclasses.asdict(recipe.config),
             "sampler": recipe.sampler,
@@ -182,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_return": recipe.target_return,
             "torch_threads": torch.get_num_threads(),
             "note": recipe.note,
-            "runs": [],
+            "runs": [run for run in earlier if run["seed"] not in args.seeds],
         }
         for seed in args.seeds:
             curve = Curve(
@@ -190,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 every=args.curve_every,
                 log_every=args.log_every,
                 prefix=f"{name} seed {seed}",
+                levels=(0.0, recipe.target_return),
             )
             started = time.perf_counter()
             try:
@@ -211,10 +241,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {stopped}",
                 flush=True,
             )
+            run = result["run"] if result else None
+            learner_config = getattr(getattr(run, "learner", None), "config", None)
             entry["runs"].append(
                 {
                     "seed": seed,
+                    **provenance,
+                    "learner_config": (
+                        dataclasses.asdict(learner_config)
+                        if dataclasses.is_dataclass(learner_config)
+                        else None
+                    ),
+                    "run_dir": str(run.dir) if run is not None else None,
                     "steps_to_target": steps,
+                    "seconds_to_target": curve.seconds_to(recipe.target_return),
+                    "seconds_to_zero": curve.seconds_to(0.0),
                     "solved": ok,
                     "stopped": stopped,
                     "seconds": seconds,
@@ -224,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     "curve": points,
                 }
             )
+            entry["runs"].sort(key=lambda run: run["seed"])
             record.write(report, args.out)  # after every run: a long one is never lost
             if interrupted:
                 break

@@ -21,10 +21,12 @@ from workbench.learners.ddpg import DDPG, DDPGConfig, GaussianExploration
 from workbench.learners.dqn import DQN, DQNConfig
 from workbench.learners.impala import IMPALA, IMPALAConfig
 from workbench.learners.ppo import PPO, PPOConfig
+from workbench.learners.precision import PrecisionChoice, choose_precision
 from workbench.learners.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
 from workbench.learners.replay_agent import ReplayAgent, make_replay
 
 __all__ = [
+    "choose_precision",
     "A2C",
     "A2CConfig",
     "DDPG",
@@ -38,6 +40,7 @@ __all__ = [
     "IMPALAConfig",
     "Learner",
     "PPO",
+    "PrecisionChoice",
     "PPOConfig",
     "Precision",
     "R2D2",

@@ -18,7 +18,16 @@ from typing import Any
 import torch
 
 from workbench.envs import env_spaces
-from workbench.learners import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig, ReplayAgent
+from workbench.learners import (
+    A2C,
+    DQN,
+    PPO,
+    A2CConfig,
+    DQNConfig,
+    PPOConfig,
+    ReplayAgent,
+    choose_precision,
+)
 from workbench.models import ActorCritic, QNetwork
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
@@ -108,7 +117,16 @@ class Recipe:
     """Torch threads of the learner's process that ``benchmarks/learning.py`` sets (None: one per
     core). One suits small MLPs, and any model on a busy machine (see the ppo-pong recipe)."""
     model_options: tuple[tuple[str, Any], ...] = ()
-    """Keyword arguments of the model (``QNetwork`` for DQN: dueling, num_atoms, v_min, v_max)."""
+    """Keyword arguments of the model (``QNetwork`` for DQN: dueling, num_atoms, v_min, v_max;
+    ``ActorCritic``: trunk, e.g. ``"cnn-small"``)."""
+    env_options: tuple[tuple[str, Any], ...] = ()
+    """``make_vector_env`` options (Atari preprocessing: screen_size, repeat_action_probability,
+    ...); the model is sized for the observations they make."""
+    mode: str = "sync"
+    """``RunConfig.mode``: ``"async"`` collects the next batch while the learner optimises."""
+    measure_precision: bool = False
+    """Choose the learner's ``autocast`` and ``channels_last`` by timing the recipe's model on the
+    machine the run starts on (``learners.choose_precision``, about 4 s) instead of the config's."""
 
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""
@@ -119,9 +137,19 @@ class Recipe:
         """The learner with a fresh model (torch seeded with ``seed`` first): PPO, A2C, or DQN in
         its ``ReplayAgent`` (the replay's sampling seeded too)."""
         torch.manual_seed(seed)
-        observation_space, action_space = env_spaces(self.env_id)
+        observation_space, action_space = env_spaces(self.env_id, **dict(self.env_options))
         model = self.make_model(observation_space.shape, action_space.n)
         config = replace(self.config)
+        if self.measure_precision:
+            minibatch = self.num_envs * self.horizon // getattr(config, "num_minibatches", 1)
+            choice = choose_precision(model, observation_space.shape, minibatch)
+            config = replace(config, autocast=choice.autocast, channels_last=choice.channels_last)
+            rates = ", ".join(f"{k} {v:,.0f}" for k, v in choice.rates.items())
+            print(
+                f"{self.name}: measured {rates} samples/s; chose {choice.autocast or 'float32'}, "
+                f"channels_last={choice.channels_last}",
+                flush=True,
+            )
         if self.algorithm is DQN:
             return ReplayAgent(DQN(model, config), seed=seed)
         if self.algorithm is PPO:
@@ -143,9 +171,18 @@ class Recipe:
             total_steps=self.total_steps,
             seed=seed,
             name=name,
+            mode=self.mode,
             **({} if runs_dir is None else {"runs_dir": runs_dir}),
         )
-        return Run(self.env_id, learner, sampler=self.sampler, settings=settings, config=config)
+        options = {"env_options": dict(self.env_options)} if self.env_options else {}
+        return Run(
+            self.env_id,
+            learner,
+            sampler=self.sampler,
+            settings=settings,
+            config=config,
+            sampler_options=options,
+        )
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:
         """``run_recipe(self, seed, ...)``."""
@@ -276,6 +313,35 @@ RECIPES: dict[str, Recipe] = {
             sampler="serial",
             # One thread: with other processes on the cores a two-thread bfloat16 learner collapses
             # (35 s instead of 2.5 s per update, measured); on an idle machine two are ~15% faster.
+            torch_threads=1,
+        ),
+        Recipe(
+            name="ppo-pong-fast",
+            env_id="ALE/Pong-v5",
+            algorithm=PPO,
+            config=PPOConfig(
+                learning_rate=2.5e-4,
+                anneal_lr=True,
+                gamma=0.99,
+                gae_lambda=0.95,
+                num_epochs=4,
+                num_minibatches=4,
+                clip_coef=0.1,
+                clip_value_loss=True,
+                entropy_coef=0.01,
+                value_coef=0.5,
+                max_grad_norm=0.5,
+            ),
+            env_options=(("repeat_action_probability", 0.0), ("screen_size", 84)),
+            model_options=(("trunk", "cnn-small"),),
+            num_envs=8,
+            horizon=128,
+            total_steps=4_000_000,
+            target_return=18.0,
+            note="PPO on Pong as the anchors play it (no sticky actions), sized for a 2-core CPU",
+            sampler="serial",
+            mode="async",
+            measure_precision=True,
             torch_threads=1,
         ),
     )

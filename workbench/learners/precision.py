@@ -1,0 +1,128 @@
+"""The learner's precision levers, chosen by a short measurement on the machine a run starts on.
+
+Whether bfloat16 autocast and channels-last convolutions pay depends on the CPU, not on the
+algorithm: on the AMD EPYC of this project's 2-core machines bfloat16 made a NatureCNN update 2.6x
+faster and channels-last nothing beside it; on an Intel Xeon with avx512_bf16 but no AMX bfloat16
+bought almost nothing and channels-last 1.6x (``policy_gradient``'s notes). A recipe that must hold
+on both measures instead of guessing: ``choose_precision`` times one minibatch gradient step of the
+recipe's own model under each combination and returns the fastest.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from workbench.learners.base import AUTOCAST_DTYPES
+
+__all__ = ["PrecisionChoice", "choose_precision", "update_rate"]
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The fastest combination and what each one measured (samples per second through a forward
+    and backward pass and an Adam step)."""
+
+    autocast: str | None
+    channels_last: bool
+    rates: dict[str, float] = field(default_factory=dict)
+    """``"<autocast or float32>/<channels_last or contiguous>"`` -> samples per second."""
+
+    @property
+    def gain(self) -> float:
+        """The chosen combination's rate over plain float32 (contiguous)."""
+        return self.rates[label(self.autocast, self.channels_last)] / self.rates[label(None, False)]
+
+
+def label(autocast: str | None, channels_last: bool) -> str:
+    return f"{autocast or 'float32'}/{'channels_last' if channels_last else 'contiguous'}"
+
+
+def update_rate(
+    model: nn.Module,
+    obs_shape: tuple[int, ...],
+    minibatch_size: int,
+    *,
+    autocast: str | None,
+    channels_last: bool,
+    seconds: float = 1.0,
+) -> float:
+    """Samples per second of gradient steps (forward, backward, Adam) of a copy of ``model`` on
+    random uint8 observations ``[minibatch_size, *obs_shape]``, at the current torch threads.
+
+    The model's forward must take ``[N, *obs_shape]`` and return a tensor or a tuple of tensors
+    (``ActorCritic``, ``QNetwork``); the loss is the mean square of every output, which costs what
+    a real loss costs beside the network."""
+    if autocast not in (None, *AUTOCAST_DTYPES):
+        raise ValueError(
+            f"autocast must be None or one of {list(AUTOCAST_DTYPES)}, got {autocast!r}"
+        )
+    if not seconds > 0 or minibatch_size < 1:
+        raise ValueError(
+            f"need seconds > 0 and minibatch_size >= 1, got {seconds}, {minibatch_size}"
+        )
+    model = copy.deepcopy(model).cpu()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-8)
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.randint(
+        0, 256, (minibatch_size, *obs_shape), dtype=torch.uint8, generator=generator
+    )
+    # As PolicyGradient.forward_obs does: frames scaled once, in the autocast dtype if any.
+    dtype = AUTOCAST_DTYPES[autocast] if autocast else torch.float32
+    x = obs.to(dtype).div_(255.0)  # contiguous, as the learner passes it: the model converts
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=dtype, enabled=autocast is not None):
+            out = model(x)
+        outputs = out if isinstance(out, tuple) else (out,)
+        loss = sum(o.float().pow(2).mean() for o in outputs)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    step()  # the first call pays for oneDNN's kernel choice
+    step()
+    samples, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        step()
+        samples += minibatch_size
+    return samples / (time.perf_counter() - started)
+
+
+def choose_precision(
+    model: nn.Module,
+    obs_shape: tuple[int, ...],
+    minibatch_size: int,
+    *,
+    seconds: float = 1.0,
+    candidates: tuple[str | None, ...] = (None, "bfloat16"),
+) -> PrecisionChoice:
+    """The fastest of ``candidates`` x (contiguous, channels-last) for ``model`` on this CPU.
+
+    Channels-last is tried only for image observations (``len(obs_shape) == 3``). Takes about
+    ``seconds`` per combination (4 s for a CNN at the defaults)."""
+    layouts = (False, True) if len(obs_shape) == 3 else (False,)
+    rates = {}
+    for autocast in candidates:
+        for channels_last in layouts:
+            rates[label(autocast, channels_last)] = update_rate(
+                model,
+                obs_shape,
+                minibatch_size,
+                autocast=autocast,
+                channels_last=channels_last,
+                seconds=seconds,
+            )
+    best = max(rates, key=rates.get)
+    autocast, layout = best.split("/")
+    return PrecisionChoice(
+        autocast=None if autocast == "float32" else autocast,
+        channels_last=layout == "channels_last",
+        rates=rates,
+    )

@@ -91,6 +91,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds between progress lines during a run (0: none; default 60)",
     )
     parser.add_argument(
+        "--train-through",
+        action="store_true",
+        help="do not stop at the target: train to the budget or --max-seconds (a fixed budget "
+        "whose final checkpoint benchmarks/evaluate.py plays); the time to the target is still "
+        "recorded",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the runs already in --out (other seeds, other recipes) and replace only those "
@@ -209,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_steps": recipe.total_steps,
             "frameskip": frameskip,
             "target_return": recipe.target_return,
+            "stop_at_target": not args.train_through,
             "torch_threads": torch.get_num_threads(),
             "note": recipe.note,
             "runs": [run for run in earlier if run["seed"] not in args.seeds],
@@ -223,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             started = time.perf_counter()
             try:
-                result = recipe.run(seed, max_seconds=args.max_seconds, on_update=curve)
+                result = recipe.run(
+                    seed,
+                    max_seconds=args.max_seconds,
+                    on_update=curve,
+                    stop_at_target=not args.train_through,
+                )
             except KeyboardInterrupt:
                 interrupted = True
                 result = None

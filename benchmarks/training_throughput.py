@@ -509,14 +509,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--autocast",
-        choices=["bfloat16", "float16", "none"],
-        default="bfloat16",
-        help="the workbench learner's precision (default bfloat16; float16 needs cuda)",
+        choices=["measured", "bfloat16", "float16", "none"],
+        default="measured",
+        help="the workbench learner's precision (default: measured, the fastest of float32 and "
+        "bfloat16, contiguous and channels-last, timed on this CPU by "
+        "workbench.learners.choose_precision; bfloat16 on cuda; float16 needs cuda)",
     )
     parser.add_argument(
         "--channels-last",
         action="store_true",
-        help="the workbench learner's model in NHWC memory format",
+        help="the workbench learner's model in NHWC memory format (with a fixed --autocast)",
     )
     parser.add_argument(
         "--threads",
@@ -562,7 +564,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sampler = "batched" if args.device.startswith("cuda") else "serial"
     if args.autocast == "none":
         args.autocast = None
+    if args.autocast == "measured" and args.device.startswith("cuda"):
+        args.autocast = "bfloat16"
     return args
+
+
+def measured_precision(env_id: str, hp) -> tuple[str | None, bool, dict]:
+    """The learner precision this CPU runs fastest (one NatureCNN minibatch step, timed)."""
+    from workbench.envs import env_spaces
+    from workbench.lab.throughput import torch_threads
+    from workbench.learners import choose_precision
+    from workbench.models import ActorCritic
+
+    observation_space, action_space = env_spaces(env_id)
+    model = ActorCritic(observation_space.shape, action_space.n)
+    minibatch = hp.batch_size // hp.num_minibatches
+    with torch_threads(1):  # the learner's threads in the rows that matter (see above)
+        choice = choose_precision(model, observation_space.shape, minibatch)
+    return choice.autocast, choice.channels_last, choice.rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -588,6 +607,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.env}: PPO, B={hp.num_envs} T={hp.num_steps}, {hp.update_epochs} epochs x "
         f"{hp.num_minibatches} minibatches; stages in seconds per iteration"
     )
+    precision_rates = None
+    if args.autocast == "measured":
+        args.autocast, args.channels_last, precision_rates = measured_precision(args.env, hp)
+        shown = ", ".join(f"{k} {v:,.0f}" for k, v in precision_rates.items())
+        print(
+            f"learner precision, measured (samples/s of one minibatch step): {shown}; chose "
+            f"{args.autocast or 'float32'}{', channels_last' if args.channels_last else ''}"
+        )
     print(HEADER, flush=True)
     run_kwargs = dict(
         sampler=args.sampler,
@@ -636,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": threads,
         "hyperparameters": dataclasses.asdict(hp),
         "workbench": {k: v for k, v in run_kwargs.items() if k != "device"},
+        "precision_rates": precision_rates,
         "results": {kind: [m.to_dict() for m in measured] for kind, measured in rows.items()},
         "best": {kind: m.label for kind, m in best.items()},
         "ratios": found,

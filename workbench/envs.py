@@ -44,8 +44,9 @@ class AtariOptions:
     """Agent steps repeat each action this many emulator frames (frames = steps * frameskip)."""
     frame_stack: int = 4
     """Observations stack the last this-many preprocessed frames: ``[frame_stack, 84, 84]``."""
-    screen_size: int = 84
-    """Frames are resized to ``screen_size x screen_size``."""
+    screen_size: int | tuple[int, int] = 84
+    """Frames are resized to ``screen_size x screen_size``, or to ``(height, width)``: ``(210,
+    160)`` keeps the native screen (``runs.evaluation.play`` shows games that way)."""
     grayscale: bool = True
     """Luminance only; False keeps RGB (observations ``[frame_stack, H, W, 3]``)."""
     maxpool: bool = True
@@ -368,6 +369,8 @@ def _make_atari(env_id, spec, num_envs, batch_size, num_threads, atari_options) 
         sticky = float(spec.kwargs.get("repeat_action_probability", 0.0))
     if num_threads is None:
         num_threads = min(num_envs, usable_cores())
+    size = options.screen_size
+    height, width = (size, size) if isinstance(size, int) else size
     inner = AtariVectorEnv(
         spec.kwargs["game"],
         num_envs,
@@ -376,8 +379,8 @@ def _make_atari(env_id, spec, num_envs, batch_size, num_threads, atari_options) 
         autoreset_mode="SameStep",
         max_num_frames_per_episode=options.max_episode_frames,
         repeat_action_probability=sticky,
-        img_height=options.screen_size,
-        img_width=options.screen_size,
+        img_height=height,
+        img_width=width,
         grayscale=options.grayscale,
         stack_num=options.frame_stack,
         frameskip=options.frameskip,

@@ -1,7 +1,8 @@
 """Networks: trunks that turn observations into features, and the heads the algorithms train.
 
-* ``NatureCNN`` (Atari images) and ``MLP`` (vector observations) are trunks: ``[N, *obs_shape]``
-  in, ``[N, output_size]`` features out. ``make_trunk`` picks one from the observation shape.
+* ``NatureCNN`` and ``UniverseCNN`` (Atari images) and ``MLP`` (vectors) are trunks:
+  ``[N, *obs_shape]`` in, ``[N, output_size]`` features out. ``make_trunk`` picks one from the
+  observation shape.
 * ``ActorCritic`` (A2C, PPO, V-trace) and ``QNetwork`` (DQN, dueling, C51, Ape-X) are heads on a
   trunk. Their ``forward`` / ``act`` / ``evaluate`` accept ``[B, *obs_shape]`` (one step of B
   environments, what samplers pass) and time-major ``[T, B, *obs_shape]`` (a whole rollout, what
@@ -18,7 +19,7 @@ episodes. Observations must already be on the model's device.
 from workbench.models.actor_critic import ActorCritic, ContinuousQ, DeterministicPolicy
 from workbench.models.q_networks import EpsilonGreedy, QNetwork
 from workbench.models.recurrent import RecurrentQNetwork
-from workbench.models.trunks import MLP, NatureCNN, make_trunk
+from workbench.models.trunks import MLP, NatureCNN, UniverseCNN, make_trunk
 
 __all__ = [
     "MLP",
@@ -27,6 +28,7 @@ __all__ = [
     "DeterministicPolicy",
     "EpsilonGreedy",
     "NatureCNN",
+    "UniverseCNN",
     "QNetwork",
     "RecurrentQNetwork",
     "make_trunk",

@@ -1,0 +1,146 @@
+"""Notebook 09's figures: Pong learned on two cores, from what `benchmarks/` recorded in `data/`.
+
+``recorded_curves`` reads the runs of a recipe from a ``benchmarks/learning.py`` file as learning
+curves; ``wall_time_figure`` draws return against wall minutes, a colour per recipe and a line per
+seed; ``levers_figure`` draws ``benchmarks/pong_levers.py``'s table: the speed each lever bought
+and the minutes to a return of 0 and of 18 that speed gives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.lab.curves import LearningCurve
+
+__all__ = ["levers_figure", "load_json", "recorded_curves", "wall_time_figure"]
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def load_json(path: "str | Path") -> dict[str, Any]:
+    """A ``data/`` file, with an error that names the command that writes it when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is not there; data/README.md names the benchmark command that writes it"
+        )
+    with open(path) as f:
+        return json.load(f)
+
+
+def recorded_curves(
+    path: "str | Path", recipe: str, *, label: str | None = None
+) -> list[LearningCurve]:
+    """One ``LearningCurve`` per recorded run of ``recipe`` in ``path`` (points without a return
+    yet, before the first 20 games ended, are left out)."""
+    report = load_json(path)
+    if recipe not in report["recipes"]:
+        raise KeyError(f"{path} holds no runs of {recipe!r}; it has {sorted(report['recipes'])}")
+    curves = []
+    for run in report["recipes"][recipe]["runs"]:
+        points = [p for p in run["curve"] if p["mean_return"] is not None]
+        curve = LearningCurve(f"{label or recipe}, seed {run['seed']}")
+        curve.env_steps = [p["env_steps"] for p in points]
+        curve.wall_seconds = [p["seconds"] for p in points]
+        curve.returns = [p["mean_return"] for p in points]
+        if points:
+            curve.steps_per_second = points[-1]["env_steps"] / max(points[-1]["seconds"], 1e-9)
+        curves.append(curve)
+    return curves
+
+
+def wall_time_figure(
+    groups: dict[str, Sequence[LearningCurve]],
+    *,
+    target: float | None = 18.0,
+    minutes: float = 60.0,
+    title: str | None = None,
+) -> go.Figure:
+    """Mean return of the last 20 games against wall minutes: a colour per group (a recipe), a
+    line per curve (a seed); ``target`` and the ``minutes`` limit as dashed lines."""
+    figure = go.Figure()
+    for index, (name, curves) in enumerate(groups.items()):
+        color = COLORS[index % len(COLORS)]
+        for number, curve in enumerate(curves):
+            figure.add_trace(
+                go.Scatter(
+                    x=[s / 60 for s in curve.wall_seconds],
+                    y=curve.returns,
+                    mode="lines",
+                    name=name if len(curves) == 1 else curve.label,
+                    legendgroup=name,
+                    line=dict(color=color, width=2, dash=("solid", "dot", "dash")[number % 3]),
+                )
+            )
+    if target is not None:
+        figure.add_hline(
+            y=target, line_dash="dash", line_color="#888", annotation_text=f"{target:g}"
+        )
+    figure.add_vline(x=minutes, line_dash="dash", line_color="#888")
+    figure.update_layout(
+        title=title,
+        xaxis_title="wall minutes (2 CPU cores)",
+        yaxis_title="mean return, last 20 games",
+        yaxis_range=[-21.5, 21.5],
+        height=420,
+        margin=dict(l=60, r=20, t=60, b=50),
+    )
+    return figure
+
+
+def levers_figure(levers: dict[str, Any], *, title: str | None = None) -> go.Figure:
+    """``data/pong_levers.json``: env steps per second of each row (left) and the minutes to a
+    return of 0 and of 18 at that speed (right); the ladder in blue, the single changes beside the
+    recipe in grey."""
+    rows = levers["rows"]
+    labels = [row["lever"] for row in rows]
+    colors = ["#1f77b4" if row["group"] == "ladder" else "#999" for row in rows]
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        subplot_titles=("env steps per second", "minutes to a return of 0 / 18"),
+        horizontal_spacing=0.04,
+    )
+    figure.add_trace(
+        go.Bar(
+            y=labels,
+            x=[row["steps_per_second"] for row in rows],
+            orientation="h",
+            marker_color=colors,
+            text=[f"{row['steps_per_second']:,.0f} ({row['vs_cleanrl']:.1f}x)" for row in rows],
+            textposition="auto",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
+    for key, name, color in (
+        ("minutes_to_0", "to 0", "#aec7e8"),
+        ("minutes_to_18", "to 18", "#1f77b4"),
+    ):
+        figure.add_trace(
+            go.Bar(
+                y=labels,
+                x=[row[key] for row in rows],
+                orientation="h",
+                name=name,
+                marker_color=color,
+            ),
+            row=1,
+            col=2,
+        )
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(
+        title=title,
+        barmode="group",
+        height=120 + 45 * len(rows),
+        margin=dict(l=320, r=20, t=60, b=40),
+    )
+    return figure

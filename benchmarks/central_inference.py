@@ -20,6 +20,15 @@ forward time per step, and the CPU time per step and memory per actor of both. I
 ``ratios: seed_vs_impala=<x> actors=<n> p99_ms=<x>`` at the largest actor count (p99: SEED's
 latency).
 
+Then SEED's two transports side by side (``--transports local ray``), with actors that step
+several envs each (``--layouts 2x16 4x8 8x4 16x1``: actors x envs per actor): env steps/s, the
+server's mean batch and latency, CPU time per step, and for Ray the actors' round trip and its
+excess over the server's latency, the per-request overhead of the hop. Beside them the machine's
+limit, measured in the same run as ``sampler_throughput.py`` measures it (env stepping alone and
+inference alone, each at its best). ``ratios`` adds ``local_vs_limit`` (the best local layout over
+the limit), ``ray_vs_local`` (best against best) and ``ray_overhead_ms`` (at Ray's best layout).
+``--skip-impala`` measures only the transports.
+
 Actors are spawned processes, which re-import this script: so the top of the file imports only the
 standard library (a SEED actor must stay torch-free), and all the work happens in functions.
 """
@@ -75,12 +84,112 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--out", default="data/central_inference.json", help="where to write the JSON results"
     )
+    parser.add_argument(
+        "--transports",
+        nargs="*",
+        default=["local", "ray"],
+        choices=["local", "ray"],
+        help="SEED transports measured at each --layouts (default: local ray; none: skip)",
+    )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        default=["2x16", "4x8", "8x4", "16x1"],
+        help="actors x envs per actor of the transports' rows (default 2x16 4x8 8x4 16x1)",
+    )
+    parser.add_argument(
+        "--skip-impala", action="store_true", help="measure only the transports and the limit"
+    )
     args = parser.parse_args(argv)
     if any(count < 1 for count in args.actors):
         parser.error("--actors must be positive integers.")
     if not args.seconds > 0 or args.repeats < 1 or args.warmup < 0:
         parser.error("--seconds and --repeats must be positive, --warmup >= 0.")
+    try:
+        args.layouts = [tuple(int(n) for n in text.split("x")) for text in args.layouts]
+    except ValueError:
+        parser.error("--layouts are ACTORSxENVS, e.g. 2x16")
+    if any(len(layout) != 2 or min(layout) < 1 for layout in args.layouts):
+        parser.error("--layouts are ACTORSxENVS with positive numbers, e.g. 2x16")
     return args
+
+
+TRANSPORT_HEADER = (
+    f"{'transport':>10}{'layout':>8}{'steps/s':>10}{'of limit':>10}{'mean batch':>12}"
+    f"{'server p50/p99 ms':>19}{'round trip p50 ms':>19}{'overhead ms':>13}{'CPU ms/step':>13}"
+)
+
+
+def transport_row(result, limit: float) -> str:
+    trip = "-" if result.round_trip_p50_ms is None else f"{result.round_trip_p50_ms:.2f}"
+    extra = "-" if result.request_overhead_ms is None else f"{result.request_overhead_ms:.2f}"
+    latency = f"{result.latency_p50_ms:.2f}/{result.latency_p99_ms:.2f}"
+    return (
+        f"{result.transport:>10}{result.layout:>8}{result.steps_per_second:>10,.0f}"
+        f"{result.steps_per_second / limit:>10.2f}{result.mean_batch_size:>12.1f}{latency:>19}"
+        f"{trip:>19}{extra:>13}{result.cpu_ms_per_step:>13.2f}"
+    )
+
+
+def measure_transports(args, settings) -> dict:
+    """The limit, then every transport at every layout (passes interleaved, best kept)."""
+    from workbench import cluster
+    from workbench.lab import seed_transports as transports
+    from workbench.lab.central_inference import make_model
+
+    model = make_model(args.env)
+    limit = transports.machine_limit(args.env, model, args.seconds)
+    rate = limit["limit_steps_per_second"]
+    print(f"\nmachine limit (env stepping alone + inference alone): {rate:,.0f} steps/s")
+    passes: dict = {}
+    if "ray" in args.transports:
+        cluster.local_ray()
+    try:
+        for _ in range(args.repeats):
+            for kind in args.transports:
+                for actors, envs in args.layouts:
+                    result = transports.measure_transport(
+                        kind,
+                        args.env,
+                        actors,
+                        envs,
+                        args.seconds,
+                        settings=settings,
+                        warmup=args.warmup,
+                        model=model,
+                    )
+                    passes.setdefault((kind, actors, envs), []).append(result)
+                    print(f"  {transport_row(result, rate)}", flush=True)
+    finally:
+        cluster.shutdown()
+    best = {key: max(found, key=lambda r: r.steps_per_second) for key, found in passes.items()}
+    print(TRANSPORT_HEADER)
+    for result in best.values():
+        print(transport_row(result, rate))
+    fastest = {
+        kind: max(
+            (r for r in best.values() if r.transport == kind), key=lambda r: r.steps_per_second
+        )
+        for kind in args.transports
+    }
+    ratios = {}
+    if "local" in fastest:
+        ratios["local_vs_limit"] = fastest["local"].steps_per_second / rate
+        ratios["local_layout"] = fastest["local"].layout
+    if "ray" in fastest:
+        ratios["ray_overhead_ms"] = fastest["ray"].request_overhead_ms
+        ratios["ray_layout"] = fastest["ray"].layout
+    if {"local", "ray"} <= set(fastest):
+        ratios["ray_vs_local"] = fastest["ray"].steps_per_second / fastest["local"].steps_per_second
+    return {
+        "limit": limit,
+        "rows": [r.to_dict() for r in best.values()],
+        "passes": {
+            f"{kind} {actors}x{envs}": [r.steps_per_second for r in found]
+            for (kind, actors, envs), found in passes.items()
+        },
+        "ratios": ratios,
+    }
 
 
 def table_row(row) -> str:
@@ -123,24 +232,29 @@ def main(argv: list[str] | None = None) -> int:
         f"run after its warm-up, {args.repeats} pass(es); SEED server on {args.device}",
         flush=True,
     )
-    rows = study.central_inference_study(
-        args.actors,
-        args.seconds,
-        args.env,
-        args.repeats,
-        settings=settings,
-        warmup=args.warmup,
-        progress=lambda r: print(progress_line(r), flush=True),
-    )
-    print(HEADER)
-    for row in rows:
-        print(table_row(row))
-    last = max(rows, key=lambda r: r.num_actors)
-    ratios = {
-        "seed_vs_impala": last.ratio,
-        "actors": last.num_actors,
-        "p99_ms": last.seed.latency.get("latency_p99_ms", float("nan")),
-    }
+    rows, ratios = [], {}
+    if not args.skip_impala:
+        rows = study.central_inference_study(
+            args.actors,
+            args.seconds,
+            args.env,
+            args.repeats,
+            settings=settings,
+            warmup=args.warmup,
+            progress=lambda r: print(progress_line(r), flush=True),
+        )
+        print(HEADER)
+        for row in rows:
+            print(table_row(row))
+        last = max(rows, key=lambda r: r.num_actors)
+        ratios = {
+            "seed_vs_impala": last.ratio,
+            "actors": last.num_actors,
+            "p99_ms": last.seed.latency.get("latency_p99_ms", float("nan")),
+        }
+    transports = measure_transports(args, settings) if args.transports else None
+    if transports:
+        ratios.update(transports["ratios"])
     report = {
         **record.provenance("central_inference"),
         "seconds": args.seconds,
@@ -154,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": list(os.getloadavg()),
         "seed_settings": dataclasses.asdict(settings),
         "rows": [row.as_dict() for row in rows],
+        "transports": transports,
         "ratios": ratios,
         "ratios_by_actors": {str(row.num_actors): row.ratio for row in rows},
         "wall_seconds": time.perf_counter() - started,
@@ -163,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwrote {args.out} ({report['wall_seconds']:.0f} s; load average after "
         f"{report['load_average_after'][0]:.2f})"
     )
-    print(
-        f"ratios: seed_vs_impala={ratios['seed_vs_impala']:.2f} actors={ratios['actors']} "
-        f"p99_ms={ratios['p99_ms']:.2f}"
+    shown = " ".join(
+        f"{key}={value:.2f}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in ratios.items()
     )
+    print(f"ratios: {shown}")
     return 0
 
 

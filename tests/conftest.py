@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 import torch
+
+from workbench.cluster import LOOPBACK_SWITCH
+
+# Ray reads its loopback switch when it is first imported, and test modules import Ray themselves
+# (pytest.importorskip): importing workbench.cluster above set it, so private instances stay on
+# loopback whichever module imports Ray first.
+assert os.environ.get(LOOPBACK_SWITCH) == "0", "workbench.cluster did not set Ray's loopback switch"
 
 
 @pytest.fixture
@@ -32,3 +42,41 @@ def pytest_sessionstart(session):
     import signal
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def start_private_ray(start, **options):
+    """``start(**options)`` (``cluster.local_ray`` or ``cluster.simulated_cluster``), once more if
+    the raylet missed Ray's fixed start window on a loaded machine."""
+    from workbench import cluster
+
+    for attempt in range(2):
+        try:
+            return start(**options)
+        except Exception as error:
+            cluster.shutdown()
+            if attempt or "timed out" not in str(error).lower():
+                raise
+            time.sleep(2)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A private local Ray instance (2 CPUs, loopback) for every Ray case of a module."""
+    ray = pytest.importorskip("ray", reason='Ray needs pip install "workbench[distributed]"')
+    from workbench import cluster
+
+    start_private_ray(cluster.local_ray, num_cpus=2)
+    yield ray
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A private Ray cluster of two nodes on this machine (``cluster.simulated_cluster``): a head
+    and a worker, each with its own raylet, as two machines would have."""
+    pytest.importorskip("ray", reason='Ray needs pip install "workbench[distributed]"')
+    from workbench import cluster
+
+    instance = start_private_ray(cluster.simulated_cluster, nodes=2)
+    yield instance
+    cluster.shutdown()

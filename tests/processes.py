@@ -39,3 +39,18 @@ def live_children() -> set[int]:
         except psutil.NoSuchProcess:
             pass
     return pids
+
+
+def ray_actor_pids(*class_names: str) -> list[int]:
+    """Live Ray actor processes of these classes (Ray titles an actor's worker ``ray::Class``), on
+    every node of a cluster on this machine."""
+    titles = tuple(f"ray::{name}" for name in class_names)
+    pids = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            command = " ".join(process.info["cmdline"] or ())
+            if command.startswith(titles) and process.status() != psutil.STATUS_ZOMBIE:
+                pids.append(process.info["pid"])
+        except psutil.NoSuchProcess:
+            pass
+    return pids

@@ -28,12 +28,9 @@ TIMEOUT = 120.0  # seconds for anything to happen on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
-    """One local Ray instance for every Ray case of the module (started at the first one)."""
-    ray = pytest.importorskip("ray", reason='the Ray transport needs "workbench[distributed]"')
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+def ray_instance(local_ray):
+    """One private local Ray instance for every Ray case of the module (tests/conftest.py)."""
+    return local_ray
 
 
 @pytest.fixture

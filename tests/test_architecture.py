@@ -245,6 +245,7 @@ def test_ray_is_imported_only_by_the_cluster_module_and_the_ray_transports():
         "workbench.apex.transports.ray",
         "workbench.seed.transports.ray",
         "workbench.seed.transports.ray_server",
+        "workbench.seed.transports.ray_learner",
     }
     offending = []
     for name, tree in TREES.items():
@@ -269,6 +270,8 @@ def test_ray_is_imported_only_by_the_cluster_module_and_the_ray_transports():
         "workbench.seed.transports",
         "workbench.processes",
         "workbench.cluster",
+        "workbench.reaper",
+        "workbench.seed.transports.batching",
     ],
 )
 def test_env_only_modules_never_import_torch(module):

@@ -5,6 +5,7 @@ is asserted: the figures belong to ``benchmarks/central_inference.py``."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,6 @@ def maps_torch(pid: int) -> bool:
 
 
 def wait_for(condition, timeout: float = 60.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -97,7 +96,7 @@ def test_an_interrupted_measurement_leaves_no_process(measure, monkeypatch):
         started.extend(live_children() - before)
         raise KeyboardInterrupt  # Ctrl-C while the actors step
 
-    monkeypatch.setattr(study, "_window", interrupted)
+    monkeypatch.setattr(study, "measure_window", interrupted)
     before = live_children()
     with pytest.raises(KeyboardInterrupt):
         measure(ENV, 2, 1.0)
@@ -122,3 +121,46 @@ def test_arguments_are_checked():
     assert study.SeedSettings(timeout=0.005).timeout_for(16) == 0.005
     assert study.SeedSettings(max_batch_size=4).batch_size_for(8) == 4
     assert study.SeedSettings().batch_size_for(3) == 3
+
+
+# --- SEED's transports side by side (lab.seed_transports) -------------------------------------
+
+
+def test_the_local_transport_is_measured_with_several_envs_per_actor():
+    from workbench.lab.seed_transports import measure_transport
+
+    before = live_children()
+    result = measure_transport("local", ENV, 2, 3, seconds=0.5, warmup=0.2)
+    assert (result.transport, result.num_actors, result.envs_per_actor) == ("local", 2, 3)
+    assert result.layout == "2x3" and result.steps > 0 and result.steps_per_second > 0
+    assert result.settings["max_batch_size"] == 6  # a batch may hold every env
+    assert 1.0 <= result.mean_batch_size <= 6 and result.cpu_ms_per_step > 0
+    assert result.round_trip_p50_ms is None and result.request_overhead_ms is None
+    assert wait_gone(list(live_children() - before)) == []
+
+
+def test_the_ray_transport_states_what_a_request_costs_beyond_serving(local_ray):
+    from processes import ray_actor_pids
+
+    from workbench.lab.seed_transports import measure_transport
+
+    result = measure_transport("ray", ENV, 2, 2, seconds=1.0, warmup=0.3)
+    assert result.transport == "ray" and result.steps > 0
+    assert result.round_trip_p50_ms > result.latency_p50_ms > 0
+    assert result.request_overhead_ms == pytest.approx(
+        result.round_trip_p50_ms - result.latency_p50_ms
+    )
+    assert result.cpu_ms_per_step > 0  # every process of the private instance counted
+    deadline = time.monotonic() + 15
+    while ray_actor_pids("RayEnvActor", "RayInferenceServer"):
+        assert time.monotonic() < deadline, "the measurement left Ray actors"
+        time.sleep(0.2)
+
+
+def test_a_transport_measurement_checks_its_arguments():
+    from workbench.lab.seed_transports import measure_transport
+
+    with pytest.raises(ValueError, match="transport must be one of"):
+        measure_transport("grpc", ENV, 1, 1, 1.0)
+    with pytest.raises(ValueError, match="envs_per_actor"):
+        measure_transport("local", ENV, 1, 0, 1.0)

@@ -58,12 +58,12 @@ class Recorder:
 def test_replayed_sequences_hold_the_servers_state_at_their_first_row(tmp_path) -> None:
     run = small_run(tmp_path)
     recorder = Recorder()
-    run.server.listeners.append(recorder)
+    run.learning.server.listeners.append(recorder)
     run.run(env_steps=600)
-    c = run.learner_config
+    c = run.learning.learner_config
     L, stride = c.stored_length, c.stride
     assert run.updates > 0
-    stored = run.replay.storage.get(np.arange(len(run.replay)))
+    stored = run.learning.replay.storage.get(np.arange(len(run.learning.replay)))
     assert stored["obs"].shape[1:] == (L, 2) and stored["actions"].shape[1:] == (L,)
     # Window k of a slot holds its steps [k * stride, k * stride + L): the assembler cuts them so.
     windows = {}
@@ -75,8 +75,8 @@ def test_replayed_sequences_hold_the_servers_state_at_their_first_row(tmp_path) 
                 rows[start][3],
                 [r[1] for r in rows[start : start + L]],
             )
-    assert len(run.replay) == run.sequences_added == len(windows)
-    for i in range(len(run.replay)):
+    assert len(run.learning.replay) == run.learning.sequences_added == len(windows)
+    for i in range(len(run.learning.replay)):
         h, c_state, first = windows[stored["obs"][i].tobytes()]
         np.testing.assert_array_equal(stored["state_h"][i], h)
         np.testing.assert_array_equal(stored["state_c"][i], c_state)
@@ -86,25 +86,25 @@ def test_replayed_sequences_hold_the_servers_state_at_their_first_row(tmp_path) 
     for rows in recorder.rows.values():
         for _, first, h, c_state in rows:
             assert first == (not h.any() and not c_state.any())
-    sample, _, _ = run.replay.sample(4)
+    sample, _, _ = run.learning.replay.sample(4)
     assert sample["obs"].shape == (L, 4, 2) and sample["state_h"].shape == (4, run.model.lstm_size)
 
 
 def test_each_slot_acts_with_its_actors_epsilon(tmp_path) -> None:
     run = small_run(tmp_path, num_actors=4, envs_per_actor=2)
     expected = np.repeat(actor_epsilons(4), 2)
-    epsilons = run.policy.epsilons.numpy()
+    epsilons = run.learning.policy.epsilons.numpy()
     np.testing.assert_allclose(epsilons[:8], expected, rtol=1e-6)
     # The slots of actors the run may add later (up to config.actor_limit) explore fully until then.
     assert len(epsilons) == run.config.slots == 32 and (epsilons[8:] == 1.0).all()
-    assert run.least_exploring_slot == 6 and expected[6] == expected.min()
+    assert run.learning.least_exploring_slot == 6 and expected[6] == expected.min()
     # One observation for every request: the greedy action is the same, so a slot's other action
     # shows up with probability epsilon / 2 (two actions).
     n = 4000
     slots = torch.arange(8).repeat_interleave(n)
     obs = torch.zeros(8 * n, 2)
     state = run.model.initial_state(8 * n)
-    actions, _, _ = run.policy.step(obs, state, torch.ones(8 * n, dtype=torch.bool), slots)
+    actions, _, _ = run.learning.policy.step(obs, state, torch.ones(8 * n, dtype=torch.bool), slots)
     greedy = run.model.act(obs[:1], run.model.initial_state(1), None, 0.0)[0]
     other = (actions != greedy).float().reshape(8, n).mean(1).numpy()
     np.testing.assert_allclose(other, expected / 2, atol=0.025)
@@ -122,7 +122,7 @@ def test_actors_wait_for_a_learner_that_falls_behind_the_replay_ratio(tmp_path) 
 
     run.learner.update = slow_update
     run.run(updates=50)
-    c, envs = run.learner_config, run.config.num_actors
+    c, envs = run.learning.learner_config, run.config.num_actors
     warmup_windows = run.config.min_replay_sequences // envs - 1
     before = envs * (c.stored_length + warmup_windows * c.stride)  # 704
     per_update = c.batch_size / run.config.replay_ratio * c.stride  # 20 env steps (all envs)
@@ -143,12 +143,15 @@ def test_a_stopped_r2d2_run_resumed_from_its_checkpoint_carries_on(tmp_path) -> 
     resumed = Seed.from_checkpoint(run.dir)
     assert resumed.name == run.name and resumed.metrics_path == run.metrics_path
     assert resumed.updates == run.updates == resumed.learner.num_updates
-    assert resumed.env_steps == run.env_steps and resumed.sequences_added == run.sequences_added
+    assert (
+        resumed.env_steps == run.env_steps
+        and resumed.learning.sequences_added == run.learning.sequences_added
+    )
     saved, loaded = run.learner.state_dict(), resumed.learner.state_dict()
     for network in ("model", "target_model"):
         assert loaded[network].keys() == saved[network].keys()
         assert all(torch.equal(loaded[network][k], saved[network][k]) for k in saved[network])
-    assert len(resumed.replay) == 0  # not saved: the actors refill it
+    assert len(resumed.learning.replay) == 0  # not saved: the actors refill it
 
     resumed.run(env_steps=1500)
     assert resumed.env_steps >= 1500 and resumed.updates > run.updates

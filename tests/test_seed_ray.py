@@ -22,23 +22,6 @@ from workbench.seed.transports.ray import RayActors  # noqa: E402
 from workbench.seed.transports.ray_server import RayInferenceServer  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    # On a loaded machine the raylet may miss Ray's fixed 30 s start window: one more try.
-    for attempt in range(2):
-        try:
-            ray.init(
-                num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-            )
-            break
-        except Exception as error:
-            ray.shutdown()
-            if attempt or "timed out during startup" not in str(error):
-                raise
-    yield
-    ray.shutdown()
-
-
 def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -107,17 +90,24 @@ def test_a_malformed_observation_fails_only_its_caller(serving):
     server, actors = serving
     actors.check()
     before = actors.steps
-    expected = r"malformed observation: got float32 \(3,\), the server serves float32 \(4,\)"
+    expected = (
+        r"malformed observations: got float32 \(1, 3\), the server serves float32 \[n, \*\(4,\)\]"
+    )
     with pytest.raises(ValueError, match=expected):
-        ray.get(server.infer.remote(4, np.zeros(3, np.float32), 0.0, FIRST))
-    with pytest.raises(ValueError, match=r"malformed observation: got <U1 \(4,\)"):
-        ray.get(server.infer.remote(4, np.array(list("abcd")), 0.0, FIRST))
+        ray.get(server.infer.remote(4, np.zeros((1, 3), np.float32), 0.0, FIRST))
+    with pytest.raises(ValueError, match=r"malformed observations: got float32 \(4,\)"):
+        ray.get(server.infer.remote(4, np.zeros(4, np.float32), 0.0, FIRST))  # no env axis
+    with pytest.raises(ValueError, match=r"malformed observations: got <U1 \(1, 4\)"):
+        ray.get(server.infer.remote(4, np.array([list("abcd")]), 0.0, FIRST))
     with pytest.raises(ValueError, match="NaN or infinite"):
-        ray.get(server.infer.remote(4, np.array([0.0, np.nan, 0.0, 0.0], np.float32), 0.0, FIRST))
+        bad = np.array([[0.0, np.nan, 0.0, 0.0]], np.float32)
+        ray.get(server.infer.remote(4, bad, 0.0, FIRST))
     with pytest.raises(ValueError, match="slot 9 is not served"):
-        ray.get(server.infer.remote(9, np.zeros(4, np.float32), 0.0, FIRST))
-    float64 = ray.get(server.infer.remote(4, np.zeros(4), 0.0, FIRST))
-    assert float64 in (0, 1)  # float64 -> float32 is fine
+        ray.get(server.infer.remote(9, np.zeros((1, 4), np.float32), 0.0, FIRST))
+    with pytest.raises(ValueError, match="slot 5 is not served"):  # a block past the last slot
+        ray.get(server.infer.remote(4, np.zeros((2, 4), np.float32), 0.0, FIRST))
+    float64 = ray.get(server.infer.remote(4, np.zeros((1, 4)), 0.0, FIRST))
+    assert float64.tolist() in ([0], [1])  # float64 -> float32 is fine
     ray.get(server.restart.remote([4]))  # slot 4 has no actor: batches need not wait for it
     wait_until(lambda: actors.steps >= before + 200, actors, 20, "200 more steps")
     assert not [e for e in actors.events if e.kind in ("died", "error")]
@@ -157,7 +147,7 @@ def test_stopping_the_server_ends_waiting_actors_cleanly(local_ray):
         )
         assert not [e for e in actors.events if e.kind in ("died", "error", "restarted")]
         with pytest.raises(ServerStopped, match="stopped"):
-            ray.get(server.infer.remote(0, np.zeros(4, np.float32), 0.0, FIRST), timeout=10)
+            ray.get(server.infer.remote(0, np.zeros((1, 4), np.float32), 0.0, FIRST), timeout=10)
     finally:
         actors.stop()
         ray.kill(server)
@@ -181,12 +171,13 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def test_recurrent_state_is_kept_per_slot_on_the_server(local_ray):
     server = RayInferenceServer.launch(CountingPolicy(), max_batch_size=8, timeout=0.05)
-    obs = np.zeros(1, np.float32)
+    obs = np.zeros((1, 1), np.float32)
     try:
         ray.get(server.reset_slots.remote(3, (1,), "float32"))
 
         def step(*requests):  # (slot, flags) pairs sent at once: one batch
-            return ray.get([server.infer.remote(slot, obs, 0.0, flags) for slot, flags in requests])
+            answers = [server.infer.remote(slot, obs, 0.0, flags) for slot, flags in requests]
+            return [int(a[0]) for a in ray.get(answers)]
 
         assert step((0, FIRST), (1, FIRST), (2, FIRST)) == [1, 1, 1]
         assert step((0, 0), (1, 0)) == [2, 2]
@@ -196,6 +187,32 @@ def test_recurrent_state_is_kept_per_slot_on_the_server(local_ray):
         assert step((1, 0), (2, 0)) == [1, 3]
         with pytest.raises(ServerStopped, match="replaced"):  # the old actor's late request
             ray.get(server.infer.remote(1, obs, 0.0, 0, generation=0))
-        assert ray.get(server.infer.remote(1, obs, 0.0, 0, generation=1)) == 2
+        assert ray.get(server.infer.remote(1, obs, 0.0, 0, generation=1)).tolist() == [2]
+    finally:
+        ray.kill(server)
+
+
+def test_an_actor_with_several_envs_sends_them_in_one_request(local_ray):
+    """A block of envs in consecutive slots: one request, one row per env, one action each; its
+    rows share a forward pass with other actors' requests, and keep their own state."""
+    server = RayInferenceServer.launch(CountingPolicy(), max_batch_size=8, timeout=0.05)
+    try:
+        ray.get(server.reset_slots.remote(6, (1,), "float32"))
+        three = np.zeros((3, 1), np.float32)
+        flags = np.full(3, FIRST, np.uint8)
+        first = ray.get(server.infer.remote(0, three, np.zeros(3), flags))
+        assert first.tolist() == [1, 1, 1]
+        again = ray.get(
+            [
+                server.infer.remote(0, three, np.zeros(3), np.array([0, FIRST, 0], np.uint8)),
+                server.infer.remote(3, np.zeros((2, 1), np.float32), 0.0, FIRST),
+            ]
+        )
+        assert [a.tolist() for a in again] == [[2, 1, 2], [1, 1]]
+        stats = ray.get(server.stats.remote())
+        assert stats["steps"] == 8
+        assert ray.get(server.restart.remote([0, 1, 2])) == [1, 1, 1]
+        with pytest.raises(ServerStopped, match="replaced"):
+            ray.get(server.infer.remote(0, three, np.zeros(3), flags, generation=0))
     finally:
         ray.kill(server)

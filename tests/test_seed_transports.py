@@ -83,25 +83,11 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray instance for every Ray case of this module."""
-    ray = pytest.importorskip(
-        "ray", reason='the Ray transport needs pip install "workbench[distributed]"'
-    )
-    # Ray's workers cannot import this test module: ship its classes (the policies) by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    for attempt in range(2):  # on a loaded machine the raylet may miss Ray's 30 s start window
-        try:
-            ray.init(
-                num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-            )
-            break
-        except Exception as error:
-            ray.shutdown()
-            if attempt or "timed out during startup" not in str(error):
-                raise
-    yield ray
-    ray.shutdown()
+def ray_for_contract(local_ray):
+    """The module's private Ray instance (tests/conftest.py); Ray's workers cannot import this test
+    module, so its classes (the policies) travel by value."""
+    local_ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return local_ray
 
 
 @pytest.fixture
@@ -114,7 +100,7 @@ def make(request):
         torch.manual_seed(0)
         policy = policy if policy is not None else SampledPolicy(ActorCritic((4,), 2))
         if kind == "ray":
-            ray = request.getfixturevalue("local_ray")
+            ray = request.getfixturevalue("ray_for_contract")
             from workbench.seed.transports.ray import RayActors
             from workbench.seed.transports.ray_server import RayInferenceServer
 

@@ -70,6 +70,26 @@ class Budget:
     recipe reaches 300 within 80k, DQN runs the whole budget)."""
     seed_live_seconds: float
     """Wall-clock limit of notebook 08's live SEED run (its cells stop it sooner)."""
+    pong_random_games: int
+    """Games of random play, the score notebook 09's agents must beat."""
+    pong_eval_games: int
+    """Games the recorded ``ppo-pong-fast`` agent plays again in notebook 09 (10 in ``data/``)."""
+    atari_live_recipe: str
+    """The recipe of notebook 09's live run, which must reach the recipe's target return: ``ci``
+    checks learning on Breakout, where the Pong recipe's settings beat random play within minutes
+    (Pong's first ~600k steps stay at random play's level); ``full`` is the hour of Pong."""
+    atari_live_steps: int
+    """Env-step limit of that live run (it stops at the target)."""
+    scale_out_target: float
+    """Return SEED V-trace on CartPole must reach on notebook 10's simulated cluster."""
+    scale_out_seconds: float
+    """Wall-clock limit of each live run of notebook 10 (SEED and Ape-X on the cluster)."""
+    scale_out_nodes: tuple[int, ...]
+    """Simulated node counts of notebook 10's throughput study."""
+    scale_out_layouts: tuple[tuple[int, int], ...]
+    """(actors, envs per actor) of that study."""
+    scale_out_measure_seconds: float
+    """Seconds measured per point of that study, after its warm-up."""
 
 
 _BUDGETS = {
@@ -102,6 +122,15 @@ _BUDGETS = {
         seed_vtrace_target=200.0,
         seed_r2d2_steps=80_000,
         seed_live_seconds=40.0,
+        pong_random_games=16,
+        pong_eval_games=2,
+        atari_live_recipe="ppo-breakout-fast",
+        atari_live_steps=300_000,
+        scale_out_target=200.0,
+        scale_out_seconds=150.0,
+        scale_out_nodes=(1, 2),
+        scale_out_layouts=((2, 4), (4, 1)),
+        scale_out_measure_seconds=3.0,
     ),
     "full": Budget(
         name="full",
@@ -132,6 +161,15 @@ _BUDGETS = {
         seed_vtrace_target=475.0,
         seed_r2d2_steps=200_000,
         seed_live_seconds=600.0,
+        pong_random_games=32,
+        pong_eval_games=10,
+        atari_live_recipe="ppo-pong-fast",
+        atari_live_steps=4_000_000,
+        scale_out_target=475.0,
+        scale_out_seconds=600.0,
+        scale_out_nodes=(1, 2, 3),
+        scale_out_layouts=((2, 8), (4, 4), (8, 1)),
+        scale_out_measure_seconds=10.0,
     ),
 }
 

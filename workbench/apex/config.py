@@ -88,6 +88,10 @@ class ApexConfig:
     seed: int = 0
     learner_threads: int = 1
     """torch threads of the learner (each actor uses one)."""
+    replay_node: str | None = None
+    """Ray transport: the node id that holds the central replay. None: the learner's node (this
+    process's), as in the paper, where the replay sits beside the learner and actors on other
+    machines send it their blocks; a node of its own spreads the replay's memory and sampling."""
 
     def __post_init__(self) -> None:
         if self.algo not in ("dqn", "ddpg"):

@@ -80,6 +80,11 @@ from workbench.seed.transports.local import LocalActors
 
 __all__ = [
     "SeedSettings",
+    "check_args",
+    "cpu_seconds",
+    "make_model",
+    "measure_window",
+    "rss_mb",
     "ThroughputResult",
     "StudyRow",
     "measure_seed",
@@ -202,7 +207,7 @@ def make_model(env_id: str, *, seed: int = 0, env_options: dict | None = None) -
     return model.eval()
 
 
-def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+def cpu_seconds(processes: Sequence[psutil.Process]) -> float:
     total = 0.0
     for process in processes:
         try:
@@ -213,7 +218,7 @@ def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
     return total
 
 
-def _rss_mb(pids: Sequence[int]) -> float:
+def rss_mb(pids: Sequence[int]) -> float:
     sizes = []
     for pid in pids:
         try:
@@ -223,7 +228,7 @@ def _rss_mb(pids: Sequence[int]) -> float:
     return float(np.mean(sizes)) if sizes else float("nan")
 
 
-def _check_args(env_id: str, num_actors: int, seconds: float, warmup: float) -> None:
+def check_args(env_id: str, num_actors: int, seconds: float, warmup: float) -> None:
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env_id must be a gymnasium id such as 'ALE/Pong-v5', got {env_id!r}")
     if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
@@ -232,7 +237,7 @@ def _check_args(env_id: str, num_actors: int, seconds: float, warmup: float) -> 
         raise ValueError(f"seconds must be > 0 and warmup >= 0, got {seconds!r} and {warmup!r}")
 
 
-def _window(
+def measure_window(
     read_steps: Callable[[], int],
     check: Callable[[], None],
     num_actors: int,
@@ -256,12 +261,12 @@ def _window(
     time.sleep(warmup)
     check()
     on_open()
-    cpu0, steps0, t0 = _cpu_seconds(processes), read_steps(), time.perf_counter()
+    cpu0, steps0, t0 = cpu_seconds(processes), read_steps(), time.perf_counter()
     end = t0 + seconds
     while (now := time.perf_counter()) < end:
         time.sleep(min(0.1, end - now))
         check()
-    steps1, t1, cpu1 = read_steps(), time.perf_counter(), _cpu_seconds(processes)
+    steps1, t1, cpu1 = read_steps(), time.perf_counter(), cpu_seconds(processes)
     return steps1 - steps0, t1 - t0, t0 - started, cpu1 - cpu0
 
 
@@ -287,7 +292,7 @@ def measure_seed(
         seed: seeds the model's initial parameters (when ``model`` is None) and the envs.
         model: the ``ActorCritic`` to serve (default :func:`make_model`).
     """
-    _check_args(env_id, num_actors, seconds, warmup)
+    check_args(env_id, num_actors, seconds, warmup)
     settings = settings or SeedSettings()
     started = time.perf_counter()
     model = model if model is not None else make_model(env_id, seed=seed, env_options=env_options)
@@ -306,7 +311,7 @@ def measure_seed(
         try:
             actors.start()
             processes = [psutil.Process()] + [psutil.Process(pid) for pid in actors.pids]
-            steps, window, warmup_seconds, cpu = _window(
+            steps, window, warmup_seconds, cpu = measure_window(
                 lambda: actors.steps,
                 actors.check,
                 num_actors,
@@ -316,7 +321,7 @@ def measure_seed(
                 processes,
                 on_open=server.latency.reset,
             )
-            rss = _rss_mb(actors.pids)
+            rss = rss_mb(actors.pids)
             stats = server.stats()
         finally:
             actors.stop()
@@ -355,7 +360,7 @@ def measure_impala(
 
     Args as :func:`measure_seed`; ``nice`` is added to the actors' niceness (0: they are the only
     workers, nothing to yield to)."""
-    _check_args(env_id, num_actors, seconds, warmup)
+    check_args(env_id, num_actors, seconds, warmup)
     started = time.perf_counter()
     model = model if model is not None else make_model(env_id, seed=seed, env_options=env_options)
     actors = ImpalaActors(env_id, num_actors, model, seed=seed, env_options=env_options, nice=nice)
@@ -363,7 +368,7 @@ def measure_impala(
         actors.start()
         processes = [psutil.Process(pid) for pid in actors.pids]
         forward_before = actors.arrays["forward"].copy()
-        steps, window, warmup_seconds, cpu = _window(
+        steps, window, warmup_seconds, cpu = measure_window(
             lambda: actors.steps,
             actors.check,
             num_actors,
@@ -377,7 +382,7 @@ def measure_impala(
         fresh = forward[
             (forward != forward_before) & np.isfinite(forward)
         ]  # written inside the window
-        rss = _rss_mb(actors.pids)
+        rss = rss_mb(actors.pids)
     finally:
         actors.stop()
     latency = {}

@@ -193,7 +193,7 @@ class SeedPanel(Panel):
             server.figure,
         )
         self.batch = widgets.IntSlider(
-            value=seed.server.max_batch_size,
+            value=seed.max_batch_size,
             min=1,
             max=seed.config.slots,
             description="batch",
@@ -218,8 +218,8 @@ class SeedPanel(Panel):
 
     def _on_batch(self, change: dict) -> None:
         seed = self.run
-        old, new = seed.server.max_batch_size, int(change["new"])
-        seed.server.max_batch_size = new
+        old, new = seed.max_batch_size, int(change["new"])
+        seed.set_max_batch_size(new)
         if seed.status == "running":
             seed.event("batch", old=old, new=new)
         self.say(f"the server now answers up to {new} requests per forward pass")
@@ -229,6 +229,6 @@ class SeedPanel(Panel):
         if row.get("seed/mean_batch_size") is None:
             return []
         return [
-            f"batch {row['seed/mean_batch_size']:.1f} of {self.run.server.max_batch_size}, "
+            f"batch {row['seed/mean_batch_size']:.1f} of {self.run.max_batch_size}, "
             f"p99 {row['seed/latency_p99_ms']:.1f} ms"
         ]

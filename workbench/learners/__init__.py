@@ -5,7 +5,9 @@ time-major rollouts (Stooke & Abbeel's large-batch policy gradients), ``DQN`` (d
 n-step, C51, prioritized) and ``DDPG`` (Ape-X DPG's learner) on n-step transitions, ``IMPALA``
 (V-trace) on unrolls and ``R2D2`` on sequences (SEED RL's learners). ``ReplayAgent`` puts a DQN or
 DDPG learner in a sampler loop (rollouts into a replay, updates as the replay ratio allows);
-``DataParallelLearner`` runs any of them on several devices (processes and an all-reduce).
+``DataParallelLearner`` runs any of them on several devices (processes and an all-reduce), and
+``join_learner_group`` joins one to replicas on other machines (torch.distributed's rendezvous);
+``choose_precision`` times bfloat16 and channels-last on the machine a run starts on.
 """
 
 from workbench.learners.a2c import A2C, A2CConfig
@@ -23,10 +25,10 @@ from workbench.learners.impala import IMPALA, IMPALAConfig
 from workbench.learners.ppo import PPO, PPOConfig
 from workbench.learners.precision import PrecisionChoice, choose_precision
 from workbench.learners.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
+from workbench.learners.rendezvous import Rendezvous, join_learner_group, leave_learner_group
 from workbench.learners.replay_agent import ReplayAgent, make_replay
 
 __all__ = [
-    "choose_precision",
     "A2C",
     "A2CConfig",
     "DDPG",
@@ -46,10 +48,14 @@ __all__ = [
     "R2D2",
     "R2D2Config",
     "Reduction",
+    "Rendezvous",
     "ReplayAgent",
     "RunLearner",
     "SEQUENCE_KEYS",
     "STATE_KEYS",
+    "choose_precision",
+    "join_learner_group",
+    "leave_learner_group",
     "make_replay",
     "move_optimizer_state",
     "replica_factory",

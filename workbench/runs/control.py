@@ -110,8 +110,14 @@ class RunControl:
             self._done.clear()
             self._set("running")
             _LIVE_RUNS.add(self.run)
-        # Registered again at each start, so it runs before exit hooks registered since (LIFO),
-        # such as the one that ends child processes, which the run must close itself.
+        self.exit_hook_first()
+
+    @staticmethod
+    def exit_hook_first() -> None:
+        """Make stopping the live runs the first thing done at interpreter exit (exit hooks run last
+        registered first). Called when a loop starts and again once it has opened what it uses
+        (child processes, a Ray instance), whose own exit hooks would otherwise shut them down
+        under the running loop."""
         atexit.unregister(_stop_live_runs)
         atexit.register(_stop_live_runs)
 

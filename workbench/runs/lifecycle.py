@@ -299,6 +299,7 @@ class RunLifecycle:
     def _loop(self) -> None:
         rows = 0
         self.open_loop()
+        self.control.exit_hook_first()  # stop this run before what it opened shuts down at exit
         try:
             row_due = False  # steps were taken since the last row
             while self.control.proceed():  # waits while paused

@@ -9,6 +9,9 @@ One role per module, in the order data flows:
 * ``server``: ``InferenceServer``, one forward pass per gathered batch, recurrent state per slot,
   latency statistics; the policies it serves;
 * ``assembler``: ``TrajectoryAssembler`` (V-trace unrolls, R2D2 sequences) and ``EpisodeLog``;
+* ``learning``: ``SeedLearning``, the learner's host: model, server, listeners, learner (in this
+  process, or in one Ray actor: ``transports.ray_learner``);
+* ``config``: ``SeedConfig``;
 * ``run``: ``Seed``, the whole system on the shared life cycle, with V-trace or R2D2;
 * ``recipes``: ``SEED_RECIPES``, runs with a stated target.
 
@@ -23,7 +26,8 @@ from typing import Any
 
 _EXPORTS = {
     "Seed": "run",
-    "SeedConfig": "run",
+    "SeedConfig": "config",
+    "SeedLearning": "learning",
     "SEED_RECIPES": "recipes",
     "SeedRecipe": "recipes",
     "InferenceServer": "server",
@@ -35,6 +39,9 @@ _EXPORTS = {
     "stack_windows": "assembler",
     "LocalActors": "transports.local",
     "SerialActors": "transports.serial",
+    "RayActors": "transports.ray",
+    "RayInferenceServer": "transports.ray_server",
+    "RaySeedLearner": "transports.ray_learner",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,9 +1,11 @@
 """Ape-X on Ray (``pip install "workbench[distributed]"``): the replay and the actors as Ray actors.
 
 Actors send their blocks straight to the replay actor (the learner's process never touches the
-data) and are placed round-robin over the cluster's nodes (``cluster.node_for``); the learner runs
-in the calling process. ``ray.init()`` on this machine, or ``ray.init(address=...)`` first to use a
-cluster.
+data) and are placed round-robin over the cluster's nodes (``cluster.node_for``); the replay is
+pinned to ``ApexConfig.replay_node`` (default: the learner's node); the learner runs in the calling
+process. Ray is the instance this process uses, else a private local one that ends with the run
+(``cluster.acquire_ray``); ``cluster.connect(address)`` or ``cluster.simulated_cluster`` first to
+spread the actors over nodes.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import torch
 from workbench.apex.actor import ApexActor
 from workbench.apex.config import ApexConfig
 from workbench.apex.replay_server import ReplayServer
-from workbench.cluster import ensure_ray, node_for
+from workbench.cluster import acquire_ray, node_for, node_strategy, release_ray
 
-__all__ = ["RayTransport"]
+__all__ = ["ApexRayActor", "RayReplayServer", "RayTransport"]
 
 
-class _RayActorRole:
+class ApexRayActor:
     """An ``ApexActor`` inside a Ray actor: collects a block and sends it straight to the replay
     actor (the learner's process never touches the data)."""
 
@@ -59,18 +61,32 @@ class _RayActorRole:
         return block["env_steps"]
 
 
+class RayReplayServer(ReplayServer):
+    """The central replay as a Ray actor: a ``ReplayServer`` that can say where it runs."""
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
 class RayTransport:
     """The replay and the actors as Ray actors; the learner in this process."""
 
     name = "ray"
 
     def __init__(self, config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> None:
-        ray = self.ray = ensure_ray()
+        ray = self.ray = acquire_ray()
         self.config = config
+        self.replay_node = config.replay_node or ray.get_runtime_context().get_node_id()
         # num_cpus=0: the roles are scheduled by placement, not by CPU accounting, so a 2-core
         # machine runs 16 actors (as the local back end does).
-        self.replay = ray.remote(num_cpus=0)(ReplayServer).remote(config)
-        self._remote_actor = ray.remote(num_cpus=0, max_restarts=0)(_RayActorRole)
+        self.replay = (
+            ray.remote(num_cpus=0)(RayReplayServer)
+            .options(scheduling_strategy=node_strategy(self.replay_node))
+            .remote(config)
+        )
+        self._remote_actor = ray.remote(num_cpus=0, max_restarts=0)(ApexRayActor)
         self.parameters_ref = ray.put(actor_state)
         self.version = 1
         self.actors: dict[int, Any] = {}
@@ -179,8 +195,26 @@ class RayTransport:
         self._poll()
         return self.ray.get(self.replay.take_stats.remote(), timeout=60)
 
+    def replay_node_id(self) -> str:
+        """The node the replay actor runs on (asked of it)."""
+        return self.ray.get(self.replay.node_id.remote(), timeout=60)
+
+    def actor_nodes(self) -> dict[int, str]:
+        """The node id of each actor (index -> node id), asked of each Ray actor."""
+        refs = {index: handle.node_id.remote() for index, handle in self.actors.items()}
+        nodes = {}
+        for index, ref in refs.items():
+            try:
+                nodes[index] = self.ray.get(ref, timeout=30)
+            except self.ray.exceptions.RayError:
+                pass
+        return nodes
+
     def close(self) -> None:
-        for handle in self.actors.values():
-            self.ray.kill(handle)
-        self.actors.clear()
-        self.ray.kill(self.replay)
+        try:
+            for handle in self.actors.values():
+                self.ray.kill(handle)
+            self.actors.clear()
+            self.ray.kill(self.replay)
+        finally:
+            release_ray()

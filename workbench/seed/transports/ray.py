@@ -13,22 +13,27 @@ forward pass. The paper's transport is a gRPC streaming service; here it is Ray'
   passed since the oldest arrived (the pattern of Ray Serve's ``@serve.batch``), runs **one**
   ``InferenceServer.infer`` for the batch and resolves the futures. Recurrent state stays on the
   server, one row per slot, as ``InferenceServer`` keeps it.
-* :class:`RayEnvActor` is a Ray actor that only steps ``make_vector_env(env_id, 1)`` and asks the
-  server for each action, with the flags protocol of ``env_actors`` (``request_flags``, ``FIRST``
-  ...). It never imports torch. Its ``run`` loop ends cleanly when the server stops or goes away.
+* :class:`RayEnvActor` is a Ray actor that only steps ``make_vector_env(env_id, envs_per_actor)``
+  and asks the server for all its envs' actions in one request, with the flags protocol of
+  ``env_actors`` (``request_flags``, ``FIRST`` ...): several envs per actor share one network
+  round trip. It never imports torch. Its ``run`` loop ends cleanly when the server stops or goes
+  away.
 * :class:`RayActors` is the coordinator in the learner's process, with ``LocalActors``' calls
   (``start``, ``stop``, ``set_num_actors``, ``check``, ``events``, ``steps``, ``episodes``): it
   places env actors round-robin over the cluster's nodes and restarts one that dies.
 
-Each env actor owns one slot; a restarted actor's slot gets a new *generation*, and the server
-refuses requests of an older generation (a dead actor's request still in flight cannot reach the
-new actor's trajectory). Statuses travel as exceptions: ``env_actors.ServerStopped`` (the server
-stopped, or this actor's slot was handed on: exit cleanly) and ``ValueError`` (a malformed or
-non-finite observation). Ray re-raises an actor's exception at the caller as a ``RayTaskError``
-that is also an instance of the original class, so ``except ServerStopped`` works across machines.
+Each env actor owns ``envs_per_actor`` consecutive slots; a restarted actor's slots get a new
+*generation*, and the server refuses requests of an older generation (a dead actor's request still
+in flight cannot reach the new actor's trajectory). Statuses travel as exceptions:
+``env_actors.ServerStopped`` (the server stopped, or this actor's slot was handed on: exit cleanly)
+and ``ValueError`` (a malformed or non-finite observation). Ray re-raises an actor's exception at
+the caller as a ``RayTaskError`` that is also an instance of the original class, so ``except
+ServerStopped`` works across machines.
 
-Without a cluster, ``ray.init()`` starts a local one; on a cluster, ``ray.init(address=...)`` and
-the same calls place env actors on every node and the server on this one (the learner's).
+Ray is the instance this process uses (``workbench.cluster``: a private local one unless a
+cluster was joined); on a cluster the same calls place env actors on every node and the server on
+this one (the learner's). The learner itself joins the server in one Ray actor in
+``ray_learner``.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ from workbench.seed.env_actors import (
     served_spaces,
 )
 from workbench.seed.transports import ActorEvent
-from workbench.seed.transports.ray_server import RayInferenceServer, percentiles_ms
+from workbench.seed.transports.batching import percentiles_ms
+from workbench.seed.transports.ray_server import RayInferenceServer
 
 __all__ = ["RayActors", "RayEnvActor", "RayInferenceServer", "ServerStopped"]
 
@@ -62,13 +68,16 @@ ACTOR_START_TIMEOUT = 120.0
 
 
 class RayEnvActor:
-    """An env-only SEED actor as a Ray actor: one env, one slot, an action per step from the server.
+    """An env-only SEED actor as a Ray actor: a block of envs in consecutive slots, one request to
+    the server per step of all of them.
 
     Args:
-        server: the :class:`RayInferenceServer`'s handle.
-        env_id: the env to step (``make_vector_env(env_id, 1)``, same-step autoreset).
-        slot: this actor's slot on the server; ``generation``: from ``server.restart``.
-        seed: the env's seed.
+        server: the server's handle (a :class:`RayInferenceServer`, or the learner's actor).
+        env_id: the env to step (``make_vector_env(env_id, num_envs)``, same-step autoreset).
+        slot: the server slot of this actor's first env (the others follow);
+            ``generation``: from ``server.restart``.
+        num_envs: envs this actor steps.
+        seed: the first env's seed (env j: ``seed + j``).
         env_options: ``make_vector_env``'s options (Atari preprocessing).
         nice: niceness added to this actor's process (so actors cannot starve a learner on the
             same machine).
@@ -80,6 +89,7 @@ class RayEnvActor:
         env_id: str,
         slot: int,
         *,
+        num_envs: int = 1,
         generation: int = 0,
         seed: int = 0,
         env_options: dict | None = None,
@@ -90,7 +100,7 @@ class RayEnvActor:
         self.server = server
         self.slot = slot
         self.generation = generation
-        self.envs = make_vector_env(env_id, 1, num_threads=1, **(env_options or {}))
+        self.envs = make_vector_env(env_id, num_envs, num_threads=1, **(env_options or {}))
         self.obs, _ = self.envs.reset(seed=seed)
         self.steps = 0
         self.returns: list[float] = []
@@ -104,12 +114,16 @@ class RayEnvActor:
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     async def run(self, max_steps: int | None = None) -> dict[str, Any]:
-        """Step until ``max_steps``, ``stop()``, or the server stops or goes away (a clean return:
-        ``reason`` says which). A malformed observation raises (the coordinator restarts us)."""
+        """Step until ``max_steps`` (env steps of all envs), ``stop()``, or the server stops or
+        goes away (a clean return: ``reason`` says which). A malformed observation raises (the
+        coordinator restarts us)."""
         import ray
 
-        reward, flags = 0.0, FIRST
-        final_obs, episode_return, episode_length = None, 0.0, 0
+        count = len(self.obs)
+        reward = np.zeros(count, dtype=np.float32)
+        flags = np.full(count, FIRST, dtype=np.uint8)
+        final_obs = None
+        episode_return, episode_length = np.zeros(count), np.zeros(count, dtype=np.int64)
         self.reason = None
         while self.reason is None:
             if self._stop:
@@ -121,7 +135,7 @@ class RayEnvActor:
             started = time.perf_counter()
             request = self.server.infer.remote(
                 self.slot,
-                self.obs[0],
+                self.obs,
                 reward,
                 flags,
                 final_obs,
@@ -131,7 +145,7 @@ class RayEnvActor:
                 self.generation,
             )
             try:
-                action = await asyncio.wait_for(request, REPLY_TIMEOUT)
+                actions = await asyncio.wait_for(request, REPLY_TIMEOUT)
             except ServerStopped as error:
                 self.reason = (
                     f"server stopped: {error.args[0] if error.args else error}".splitlines()[0]
@@ -144,19 +158,15 @@ class RayEnvActor:
                 self.reason = f"no reply from the inference server in {REPLY_TIMEOUT:.0f} s"
                 break
             self.round_trip.append(time.perf_counter() - started)
-            self.obs, rewards, terminated, truncated, info = self.envs.step(np.array([action]))
-            self.steps += 1
-            reward = float(rewards[0])
-            flags = int(request_flags(terminated, truncated, info["episode_done"])[0])
-            final_obs = info["final_obs"][0] if truncated[0] else None
-            if info["episode_done"][0]:
-                episode_return, episode_length = (
-                    float(info["episode_return"][0]),
-                    int(info["episode_length"][0]),
-                )
-                self.returns.append(episode_return)
-            else:
-                episode_return, episode_length = 0.0, 0
+            self.obs, reward, terminated, truncated, info = self.envs.step(np.asarray(actions))
+            self.steps += count
+            reward = reward.astype(np.float32, copy=False)
+            flags = request_flags(terminated, truncated, info["episode_done"])
+            final_obs = info["final_obs"] if truncated.any() else None
+            done = info["episode_done"]
+            episode_return = np.where(done, info["episode_return"], 0.0)
+            episode_length = np.where(done, info["episode_length"], 0)
+            self.returns.extend(float(r) for r in info["episode_return"][done])
         return await self.stats()
 
     async def stop(self) -> None:
@@ -194,6 +204,7 @@ class _Handle:
     generation: int
     ready: Any = None  # the ObjectRef of its ready()
     pid: int | None = None
+    node_id: str | None = None
 
 
 class RayActors:
@@ -209,9 +220,10 @@ class RayActors:
     Args:
         server: a :class:`RayInferenceServer` handle (``RayInferenceServer.launch``).
         env_id: the environments' id (validated here, before any actor starts).
-        num_actors: env actors to start (one env, one slot each).
+        num_actors: env actors to start.
+        envs_per_actor: envs each actor steps (one slot each, one request for all of them).
         max_actors: the most ``set_num_actors`` may reach (the server's slots are allocated once).
-        seed: actor i's env is seeded ``seed + 1000 * i + generation - 1``.
+        seed: actor i's envs are seeded from ``seed + 1000 * i + 100 * (generation - 1)``.
         env_options: ``make_vector_env`` options.
         nice: niceness added to actor processes.
         max_steps: each actor's ``run(max_steps)`` (None: until stopped).
@@ -225,19 +237,22 @@ class RayActors:
         env_id: str,
         num_actors: int,
         *,
+        envs_per_actor: int = 1,
         max_actors: int | None = None,
         seed: int = 0,
         env_options: dict | None = None,
         nice: int = 0,
         max_steps: int | None = None,
     ) -> None:
-        if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
-            raise ValueError(f"num_actors must be a positive int, got {num_actors!r}")
+        for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.ray = import_ray()
         observation_space, action_space = served_spaces(env_id, env_options)
         self.server = server
         self.env_id = env_id
         self.num_actors = num_actors
+        self.envs_per_actor = envs_per_actor
         self.max_actors = max(num_actors, max_actors or num_actors)
         self.seed = seed
         self.env_options = dict(env_options or {})
@@ -248,6 +263,7 @@ class RayActors:
         self.error: str | None = None
         self.steps = 0
         self.episodes: deque = deque(maxlen=10_000)  # (time, slot, return, length)
+        self.last_progress: dict[str, Any] = {}  # the server's last progress() answer
         self.finished: dict[int, dict] = {}  # actor -> its run()'s result, once it ended cleanly
         self._actors: dict[int, _Handle] = {}
         self._remote = None
@@ -262,7 +278,9 @@ class RayActors:
         self._remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(RayEnvActor)
         space = self.observation_space
         ray.get(
-            self.server.reset_slots.remote(self.max_actors, tuple(space.shape), space.dtype.str),
+            self.server.reset_slots.remote(
+                self.max_actors * self.envs_per_actor, tuple(space.shape), space.dtype.str
+            ),
             timeout=ACTOR_START_TIMEOUT,
         )
         self._started = True
@@ -281,18 +299,19 @@ class RayActors:
         except self.ray.exceptions.RayError as error:
             raise RuntimeError(f"an env actor failed to start: {error}") from None
         for handle, info in zip(handles, ready):
-            handle.pid = info["pid"]
+            handle.pid, handle.node_id = info["pid"], info["node_id"]
             self._event("started", handle.index, f"pid {info['pid']} node {info['node_id'][:8]}")
 
     def _spawn(self, index: int) -> Any:
         ray = self.ray
-        (generation,) = ray.get(self.server.restart.remote([index]), timeout=ACTOR_START_TIMEOUT)
+        generation = ray.get(self.server.restart.remote(self.slots_of(index)))[0]
         actor = self._remote.options(scheduling_strategy=node_for(index)).remote(
             self.server,
             self.env_id,
-            index,
+            index * self.envs_per_actor,
+            num_envs=self.envs_per_actor,
             generation=generation,
-            seed=self.seed + 1000 * index + generation - 1,
+            seed=self.seed + 1000 * index + 100 * (generation - 1),
             env_options=self.env_options,
             nice=self.nice,
         )
@@ -314,7 +333,8 @@ class RayActors:
             for index in running[num_actors:]:
                 handle = self._actors.pop(index)
                 self.ray.kill(handle.actor)
-                self.ray.get(self.server.restart.remote([index]))  # its late requests are refused
+                # Its late requests are refused.
+                self.ray.get(self.server.restart.remote(self.slots_of(index)))
                 self._event("stopped", index, "retired")
             self._start_actors([i for i in range(num_actors) if i not in self._actors])
         self.num_actors = num_actors
@@ -358,6 +378,7 @@ class RayActors:
         except ray.exceptions.RayActorError as error:
             self.error = f"the inference server actor died: {str(error).splitlines()[0]}"
             raise RuntimeError(self.error) from None
+        self.last_progress = progress
         self.steps = progress["steps"]
         self.episodes.extend(progress["episodes"])
         if progress["error"] is not None:
@@ -380,7 +401,7 @@ class RayActors:
             except ray.exceptions.RayError:
                 handle.ready = None  # it failed to start: its run() fails too, and is restarted
                 continue
-            handle.pid = info["pid"]
+            handle.pid, handle.node_id = info["pid"], info["node_id"]
             self._event("started", handle.index, f"pid {info['pid']} node {info['node_id'][:8]}")
 
     def _finish(self, handle: _Handle, restart: bool) -> None:
@@ -427,6 +448,15 @@ class RayActors:
     def pids(self) -> list[int]:
         """Process ids of the live actors (on this machine's nodes, or a cluster's)."""
         return [h.pid for h in self._actors.values() if h.pid is not None]
+
+    def slots_of(self, index: int) -> list[int]:
+        """The server slots of actor ``index``'s envs."""
+        first = index * self.envs_per_actor
+        return list(range(first, first + self.envs_per_actor))
+
+    def actor_nodes(self) -> dict[int, str]:
+        """The node id of each live actor that has started (index -> node id)."""
+        return {h.index: h.node_id for h in self._actors.values() if h.node_id is not None}
 
     def actor_handles(self) -> dict[int, Any]:
         return {index: handle.actor for index, handle in self._actors.items()}

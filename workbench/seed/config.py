@@ -1,0 +1,100 @@
+"""A SEED run's settings: environments, actors and where they run, batching, the learner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.learners import IMPALAConfig, R2D2Config
+
+__all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "SeedConfig", "learner_config"]
+
+ALGORITHMS = ("vtrace", "r2d2")
+TRANSPORTS = ("local", "serial", "ray")
+DEFAULT_MAX_ACTORS = 16
+"""The actors a run may grow to when ``SeedConfig.max_actors`` is not given."""
+
+
+@dataclass
+class SeedConfig:
+    """One SEED run: environments, actors, the server's batching, the learner.
+
+    ``learner`` is an ``IMPALAConfig`` (``algorithm="vtrace"``) or an ``R2D2Config``
+    (``"r2d2"``); None takes its defaults."""
+
+    env_id: str = "CartPole-v1"
+    algorithm: str = "vtrace"
+    num_actors: int = 4
+    envs_per_actor: int = 1
+    max_actors: int | None = None
+    """The most actors ``set_num_actors`` (or a panel's slider) may reach; slots are allocated for
+    them at the start. Default: ``max(num_actors, DEFAULT_MAX_ACTORS)``, so a run can grow."""
+    transport: str = "local"
+    """``"local"``: env-only actor processes on this machine; ``"serial"``: the envs stepped in
+    this thread (deterministic; the same server, listeners and learner); ``"ray"``: env-only Ray
+    actors over the cluster's nodes, and the server and the learner together in one Ray actor
+    (``workbench.cluster`` says which Ray instance: a private local one unless asked)."""
+    learner_node: str | None = None
+    """``"ray"``: the node id of the learner's Ray actor (which also serves inference). None: this
+    process's node, as SEED keeps learning and inference on the accelerator's host."""
+    max_batch_size: int | None = None
+    """Env steps (requests) per forward pass (default: every env)."""
+    timeout: float = 0.002
+    """Seconds the oldest request waits for its batch to fill."""
+    learner: Any = None
+    model_options: dict = field(default_factory=dict)
+    """Keyword arguments of the model (``ActorCritic`` or ``RecurrentQNetwork``)."""
+    replay_ratio: float = 1.0
+    """R2D2: sequences trained per sequence assembled, held from both sides by a
+    ``replay.RateLimiter``: never more, and when the learner falls more than ``max_updates_behind``
+    updates behind, the actors wait for it (so env steps per update do not depend on the machine;
+    SEED's learner runs free on its accelerator)."""
+    max_updates_behind: int = 2
+    """R2D2: updates the learner may owe before the actors wait for it."""
+    min_replay_sequences: int = 64
+    """R2D2: sequences in replay before the first update."""
+    seed: int = 0
+    learner_threads: int = 1
+    actor_nice: int = 5
+    """Niceness of actor processes, so that they cannot starve the server and the learner."""
+    env_options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        for name in ("num_actors", "envs_per_actor"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.max_actors is not None and self.max_actors < self.num_actors:
+            raise ValueError(
+                f"max_actors ({self.max_actors}) must be at least num_actors ({self.num_actors})"
+            )
+        if self.learner_node is not None and self.transport != "ray":
+            raise ValueError(
+                f"learner_node places the learner's Ray actor; it needs transport='ray', not "
+                f"{self.transport!r}"
+            )
+
+    @property
+    def actor_limit(self) -> int:
+        """The most actors the run may have: ``max_actors``, or its default."""
+        return (
+            self.max_actors
+            if self.max_actors is not None
+            else max(self.num_actors, DEFAULT_MAX_ACTORS)
+        )
+
+    @property
+    def slots(self) -> int:
+        """Env slots on the server: one per env of every actor the run may grow to."""
+        return self.actor_limit * self.envs_per_actor
+
+
+def learner_config(config: SeedConfig) -> Any:
+    """The run's learner settings: its ``learner``, or the algorithm's defaults."""
+    if config.algorithm == "vtrace":
+        return config.learner or IMPALAConfig()
+    return config.learner or R2D2Config()

@@ -288,6 +288,56 @@ def test_stopping_the_server_lets_every_actor_exit_cleanly(local_actors):
     assert [p.exitcode for p in processes] == [0, 0, 0]
 
 
+class SlotCounter:
+    """A listener: how many steps each slot was served, and the sizes of the batches."""
+
+    def __init__(self, slots: int) -> None:
+        self.counts = np.zeros(slots, dtype=np.int64)
+        self.batches: list[int] = []
+
+    def on_step(self, batch) -> None:
+        np.add.at(self.counts, batch.slots, 1)
+        self.batches.append(len(batch.slots))
+
+    def on_restart(self, slots) -> None:
+        pass
+
+
+def test_an_asynchronous_actor_sends_one_batch_of_its_envs_per_request():
+    """2 Pong actors of 4 envs each, 2 envs per request: ale_py steps one pair while the other
+    waits for its actions; every env is served about equally, and a batch holds at most one
+    request of each actor (4 envs), never an actor's 4 envs at once."""
+    counter = SlotCounter(8)
+    server = InferenceServer(
+        SampledPolicy(ActorCritic((4, 84, 84), 6)), max_batch_size=8, timeout=0.002
+    )
+    server.listeners.append(counter)
+    actors = LocalActors(server, "ALE/Pong-v5", 2, envs_per_actor=4, actor_batch=2)
+    try:
+        actors.start()
+        _wait_for(lambda: actors.steps > 400, timeout=120)
+        actors.check()
+    finally:
+        actors.stop()
+    assert (counter.counts > 30).all(), counter.counts
+    assert counter.counts.max() <= 2 * counter.counts.min() + 10, counter.counts
+    assert set(counter.batches) <= {2, 4}, sorted(set(counter.batches))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "actor_batch", "message"),
+    [
+        ("ALE/Pong-v5", 3, "actor_batch must divide envs_per_actor=4"),
+        ("ALE/Pong-v5", 0, "actor_batch must divide"),
+        ("CartPole-v1", 2, "Atari only"),
+    ],
+)
+def test_a_bad_actor_batch_names_the_fix(env_id, actor_batch, message):
+    server = InferenceServer(CountingPolicy(), max_batch_size=2)
+    with pytest.raises(ValueError, match=message):
+        LocalActors(server, env_id, 1, envs_per_actor=4, actor_batch=actor_batch)
+
+
 def test_an_unknown_env_id_fails_before_any_process_starts():
     before = live_children()
     server = InferenceServer(CountingPolicy(), max_batch_size=2)

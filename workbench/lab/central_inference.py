@@ -112,6 +112,9 @@ class SeedSettings:
     """Niceness added to the env-only actors (the IMPALA actors run at 0)."""
     device: str = "cpu"
     """Where the server's forward pass runs (``"auto"``: the GPU when there is one)."""
+    actor_batch: int | None = None
+    """Envs per request of an actor with several envs (``LocalActors``): None, all of them; fewer
+    steps them asynchronously."""
 
     def batch_size_for(self, num_actors: int) -> int:
         return num_actors if self.max_batch_size is None else min(self.max_batch_size, num_actors)

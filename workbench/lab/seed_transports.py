@@ -151,6 +151,7 @@ def _measure_local(
             seed=seed,
             env_options=env_options,
             nice=settings.actor_nice,
+            actor_batch=settings.actor_batch,
         )
         try:
             actors.start()

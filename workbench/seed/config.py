@@ -26,6 +26,10 @@ class SeedConfig:
     algorithm: str = "vtrace"
     num_actors: int = 4
     envs_per_actor: int = 1
+    actor_batch: int | None = None
+    """Local transport, Atari: envs per request of an actor. Below ``envs_per_actor`` (a divisor)
+    the actor's envs step asynchronously: ale_py's C++ thread steps one batch while another waits
+    for its actions, overlapping env stepping with the round trip. None: all of them at once."""
     max_actors: int | None = None
     """The most actors ``set_num_actors`` (or a panel's slider) may reach; slots are allocated for
     them at the start. Default: ``max(num_actors, DEFAULT_MAX_ACTORS)``, so a run can grow."""

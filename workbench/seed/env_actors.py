@@ -20,6 +20,11 @@ The local transport, one system call each way per step:
 
 ``generation`` tells a restarted actor's requests from those its dead predecessor left in the pipe.
 
+An actor steps its envs synchronously (all of them, then one request for all) or, with a
+``batch_size`` below its env count on Atari, asynchronously: ale_py's C++ thread steps one batch of
+its envs while the actor waits for the actions of another, and each request carries one batch.
+The env stepping then overlaps the round trip to the server inside one process.
+
 Flags of a request (the episode bits are about the *previous* action's outcome; with same-step
 autoreset the observation is then already the next episode's first):
 ``FIRST`` the observation starts an episode (the server resets recurrent state), ``TERMINATED`` /
@@ -148,13 +153,13 @@ class InferenceClient:
         self.obs_dtype = np.dtype(slots.obs_dtype)
         self.request_fd = request_fd
         self.reply_fd = reply_fd
+        self.generation = generation
         self._request = b"".join(REQUEST.pack(int(s), generation) for s in self.slot_ids)
         if len(self._request) > select.PIPE_BUF:
             raise ValueError(
                 f"{len(self.slot_ids)} envs in one actor exceed one atomic pipe write "
                 f"({select.PIPE_BUF // REQUEST.size} envs); use more actors with fewer envs each."
             )
-        self._position = {int(s): i for i, s in enumerate(self.slot_ids)}
         self._poll = select.poll()
         self._poll.register(reply_fd, select.POLLIN)
 
@@ -167,13 +172,18 @@ class InferenceClient:
         final_obs: np.ndarray | None = None,
         episode_return: np.ndarray | None = None,
         episode_length: np.ndarray | None = None,
+        envs: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Send this actor's observations and return one action per env (int64 ``[E]``).
+        """Send observations of this actor's envs and return one action per env (int64).
+
+        ``envs``: which of the actor's envs (indices into its slots) the rows are, for an
+        asynchronous actor's batch; None: all of them, in order.
 
         Raises ``ValueError`` for an observation of the wrong shape or dtype (nothing is sent), and
         ``ServerStopped`` when the server stops or goes away."""
         obs = np.asarray(obs)
-        expected = (len(self.slot_ids), *self.obs_shape)
+        ids = self.slot_ids if envs is None else self.slot_ids[np.asarray(envs)]
+        expected = (len(ids), *self.obs_shape)
         if obs.shape != expected or not np.can_cast(obs.dtype, self.obs_dtype, casting="same_kind"):
             raise ValueError(
                 f"malformed observation: got {obs.dtype} {obs.shape}, "
@@ -181,7 +191,7 @@ class InferenceClient:
                 f"(one {self.obs_shape} observation per env of this actor); "
                 "check the env id and its preprocessing options."
             )
-        a, ids = self.arrays, self.slot_ids
+        a = self.arrays
         a["obs"][ids] = obs
         a["reward"][ids] = reward
         a["flags"][ids] = flags
@@ -191,15 +201,21 @@ class InferenceClient:
             a["episode_return"][ids] = episode_return
             a["episode_length"][ids] = episode_length
         a["sent_at"][ids] = time.perf_counter()
+        request = (
+            self._request
+            if envs is None
+            else b"".join(REQUEST.pack(int(s), self.generation) for s in ids)
+        )
         try:
-            os.write(self.request_fd, self._request)
+            os.write(self.request_fd, request)
         except (BrokenPipeError, OSError) as error:
             raise ServerStopped("the inference server closed its request pipe") from error
-        return self._receive()
+        return self._receive(ids)
 
-    def _receive(self) -> np.ndarray:
-        actions = np.empty(len(self.slot_ids), dtype=np.int64)
-        missing = len(self.slot_ids)
+    def _receive(self, ids: np.ndarray) -> np.ndarray:
+        actions = np.empty(len(ids), dtype=np.int64)
+        position = {int(s): i for i, s in enumerate(ids)}
+        missing = len(ids)
         buffer = b""
         while missing:
             if not self._poll.poll(REPLY_TIMEOUT * 1000):
@@ -217,7 +233,7 @@ class InferenceClient:
                         f"the inference server rejected the observation of slot {slot}: it holds "
                         "NaN or infinite values; check the environment's observations."
                     )
-                actions[self._position[slot]] = action
+                actions[position[slot]] = action
                 missing -= 1
             buffer = buffer[usable:]
         return actions
@@ -237,6 +253,8 @@ class EnvActorSpec:
     nice: int = 0
     """Added to the process's niceness, so that on a small machine actors cannot starve the
     server."""
+    batch_size: int | None = None
+    """Envs per request; below the env count the envs step asynchronously (module docstring)."""
 
 
 def env_actor_main(
@@ -254,8 +272,14 @@ def env_actor_main(
     try:
         if spec.nice:
             os.nice(spec.nice)
-        envs = make_vector_env(spec.env_id, len(spec.slot_ids), num_threads=1, **spec.env_options)
-        obs, _ = envs.reset(seed=spec.seed)
+        envs = make_vector_env(
+            spec.env_id,
+            len(spec.slot_ids),
+            batch_size=spec.batch_size,
+            num_threads=1,
+            **spec.env_options,
+        )
+        obs, info = envs.reset(seed=spec.seed)
         client = InferenceClient(
             slots,
             np.asarray(spec.slot_ids),
@@ -268,7 +292,7 @@ def env_actor_main(
         control.send(("error", traceback.format_exc()))
         return
     try:
-        count = len(spec.slot_ids)
+        count = len(obs)
         reward = np.zeros(count, dtype=np.float32)
         flags = np.full(count, FIRST, dtype=np.uint8)
         final_obs = episode_return = episode_length = None
@@ -280,8 +304,11 @@ def env_actor_main(
                 final_obs=final_obs,
                 episode_return=episode_return,
                 episode_length=episode_length,
+                envs=info["env_id"] if envs.is_async else None,
             )
-            obs, reward, terminated, truncated, info = envs.step(actions)
+            # Asynchronous: these envs step in the C++ thread while the next batch is served.
+            envs.send(actions)
+            obs, reward, terminated, truncated, info = envs.recv()
             flags = request_flags(terminated, truncated, info["episode_done"])
             final_obs = info["final_obs"] if truncated.any() else None
             if info["episode_done"].any():

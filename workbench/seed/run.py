@@ -213,6 +213,7 @@ class Seed(RunLifecycle):
                     seed=c.seed,
                     env_options=c.env_options,
                     nice=c.actor_nice,
+                    actor_batch=c.actor_batch,
                 )
                 self.transport.start()
         except BaseException:

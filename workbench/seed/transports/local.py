@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.envs import is_atari
 from workbench.processes import WORKER_TIMEOUT
 from workbench.seed.env_actors import (
     REPLY,
@@ -37,7 +38,30 @@ from workbench.seed.env_actors import (
 from workbench.seed.server import InferenceServer
 from workbench.seed.transports import ActorEvent
 
-__all__ = ["LocalActors"]
+__all__ = ["LocalActors", "check_actor_batch"]
+
+
+def check_actor_batch(actor_batch: Any, envs_per_actor: int, env_id: str) -> int:
+    """Envs per request of an actor: ``actor_batch`` (asynchronous stepping needs ale_py's Atari
+    envs and a divisor of ``envs_per_actor``), or all its envs when None."""
+    if actor_batch is None or actor_batch == envs_per_actor:
+        return envs_per_actor
+    if (
+        isinstance(actor_batch, bool)
+        or not isinstance(actor_batch, int)
+        or not 1 <= actor_batch < envs_per_actor
+        or envs_per_actor % actor_batch
+    ):
+        raise ValueError(
+            f"actor_batch must divide envs_per_actor={envs_per_actor} (or be None: every env in "
+            f"one request), got {actor_batch!r}"
+        )
+    if not is_atari(env_id):
+        raise ValueError(
+            f"actor_batch steps envs asynchronously with ale_py's C++ threads: Atari only, not "
+            f"{env_id}; leave it None"
+        )
+    return actor_batch
 
 
 @dataclass
@@ -68,6 +92,9 @@ class LocalActors:
         env_id: the environments' id (validated here, before any process starts).
         num_actors: actor processes to start.
         envs_per_actor: envs (slots) per actor; each actor sends all of them in one request.
+        actor_batch: envs per request (Atari): below ``envs_per_actor`` an actor's envs step
+            asynchronously, one batch in ale_py's C++ thread while another waits for its actions
+            (``env_actors``); None: all of them, synchronously.
         max_actors: the most actors ``set_num_actors`` may reach (slots are allocated once).
         seed: actor i's envs are seeded ``seed + 1000 * i + j``.
         nice: niceness added to actor processes (on a small machine, so they cannot starve the
@@ -87,10 +114,12 @@ class LocalActors:
         seed: int = 0,
         env_options: dict | None = None,
         nice: int = 0,
+        actor_batch: int | None = None,
     ) -> None:
         for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.actor_batch = check_actor_batch(actor_batch, envs_per_actor, env_id)
         self.max_actors = max(num_actors, max_actors or num_actors)
         observation_space, action_space = served_spaces(env_id, env_options)
         self.server = server
@@ -160,6 +189,7 @@ class LocalActors:
             self.env_options,
             index,
             self.nice,
+            None if self.actor_batch == self.envs_per_actor else self.actor_batch,
         )
         process = self._context.Process(
             target=env_actor_main,
@@ -300,7 +330,10 @@ class LocalActors:
                 now = time.perf_counter()
                 with self._lock:
                     live = int(self._live_slots.sum())
-                full = min(self.server.max_batch_size, max(live, 1))
+                # Full when every live actor's request waits (an asynchronous actor's request is
+                # one batch of its envs): nothing more can come before an answer.
+                waiting = live // self.envs_per_actor * self.actor_batch
+                full = min(self.server.max_batch_size, max(waiting, 1))
                 while pending and (len(pending) >= full or now - oldest >= self.server.timeout):
                     batch, pending = (
                         pending[: self.server.max_batch_size],

@@ -21,7 +21,8 @@ forward time per step, and the CPU time per step and memory per actor of both. I
 latency).
 
 Then SEED's two transports side by side (``--transports local ray``), with actors that step
-several envs each (``--layouts 2x16 4x8 8x4 16x1``: actors x envs per actor): env steps/s, the
+several envs each (``--layouts 2x16 2x16/8 4x8 ...``: actors x envs per actor, ``/8``: eight envs
+per request while the others step, local only): env steps/s, the
 server's mean batch and latency, CPU time per step, and for Ray the actors' round trip and its
 excess over the server's latency, the per-request overhead of the hop. Beside them the machine's
 limit, measured in the same run as ``sampler_throughput.py`` measures it (env stepping alone and
@@ -94,8 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--layouts",
         nargs="+",
-        default=["2x16", "4x8", "8x4", "16x1"],
-        help="actors x envs per actor of the transports' rows (default 2x16 4x8 8x4 16x1)",
+        default=["2x16", "2x16/8", "1x32/16", "4x8", "4x8/4", "8x4", "16x1"],
+        help="actors x envs per actor of the transports' rows, /N: N envs per request, the "
+        "others stepping meanwhile (local transport only; default 2x16 2x16/8 1x32/16 4x8 4x8/4 "
+        "8x4 16x1)",
     )
     parser.add_argument(
         "--skip-impala", action="store_true", help="measure only the transports and the limit"
@@ -106,12 +109,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.seconds > 0 or args.repeats < 1 or args.warmup < 0:
         parser.error("--seconds and --repeats must be positive, --warmup >= 0.")
     try:
-        args.layouts = [tuple(int(n) for n in text.split("x")) for text in args.layouts]
+        args.layouts = [parse_layout(text) for text in args.layouts]
     except ValueError:
-        parser.error("--layouts are ACTORSxENVS, e.g. 2x16")
-    if any(len(layout) != 2 or min(layout) < 1 for layout in args.layouts):
-        parser.error("--layouts are ACTORSxENVS with positive numbers, e.g. 2x16")
+        parser.error("--layouts are ACTORSxENVS or ACTORSxENVS/BATCH, e.g. 2x16 or 2x16/8")
     return args
+
+
+def parse_layout(text: str) -> tuple[int, int, int | None]:
+    """``"2x16"`` -> (2, 16, None); ``"2x16/8"`` -> (2, 16, 8): 8 envs per request."""
+    layout, _, batch = text.partition("/")
+    actors, envs = (int(n) for n in layout.split("x"))
+    per_request = int(batch) if batch else None
+    if min(actors, envs) < 1 or (per_request is not None and not 1 <= per_request <= envs):
+        raise ValueError(text)
+    return actors, envs, per_request
 
 
 TRANSPORT_HEADER = (
@@ -147,18 +158,20 @@ def measure_transports(args, settings) -> dict:
     try:
         for _ in range(args.repeats):
             for kind in args.transports:
-                for actors, envs in args.layouts:
+                for actors, envs, per_request in args.layouts:
+                    if kind == "ray" and per_request not in (None, envs):
+                        continue  # Ray env actors send all their envs in one request
                     result = transports.measure_transport(
                         kind,
                         args.env,
                         actors,
                         envs,
                         args.seconds,
-                        settings=settings,
+                        settings=dataclasses.replace(settings, actor_batch=per_request),
                         warmup=args.warmup,
                         model=model,
                     )
-                    passes.setdefault((kind, actors, envs), []).append(result)
+                    passes.setdefault((kind, result.layout), []).append(result)
                     print(f"  {transport_row(result, rate)}", flush=True)
     finally:
         cluster.shutdown()
@@ -185,8 +198,8 @@ def measure_transports(args, settings) -> dict:
         "limit": limit,
         "rows": [r.to_dict() for r in best.values()],
         "passes": {
-            f"{kind} {actors}x{envs}": [r.steps_per_second for r in found]
-            for (kind, actors, envs), found in passes.items()
+            f"{kind} {layout}": [r.steps_per_second for r in found]
+            for (kind, layout), found in passes.items()
         },
         "ratios": ratios,
     }

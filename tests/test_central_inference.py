@@ -139,6 +139,27 @@ def test_the_local_transport_is_measured_with_several_envs_per_actor():
     assert wait_gone(list(live_children() - before)) == []
 
 
+def test_an_asynchronous_layout_is_measured_and_named_with_its_batch():
+    from workbench.lab.seed_transports import measure_transport
+
+    settings = study.SeedSettings(actor_batch=2)
+    result = measure_transport(
+        "local", "ALE/Pong-v5", 1, 4, seconds=0.5, warmup=0.2, settings=settings
+    )
+    assert result.layout == "1x4/2" and result.settings["actor_batch"] == 2
+    # one request carries the two envs whose step ended, never all four at once
+    assert result.steps > 0 and 1.0 <= result.mean_batch_size <= 2.0
+
+
+def test_ray_env_actors_refuse_an_actor_batch():
+    from workbench.lab.seed_transports import measure_transport
+
+    with pytest.raises(ValueError, match="actor_batch is for the local transport"):
+        measure_transport(
+            "ray", "ALE/Pong-v5", 1, 4, 1.0, settings=study.SeedSettings(actor_batch=2)
+        )
+
+
 def test_the_ray_transport_states_what_a_request_costs_beyond_serving(local_ray):
     from processes import ray_actor_pids
 

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from workbench.lab.curves import LearningCurve
 
-__all__ = ["levers_figure", "load_json", "recorded_curves", "wall_time_figure"]
+__all__ = ["first_crossing", "levers_figure", "load_json", "recorded_curves", "wall_time_figure"]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -53,6 +53,15 @@ def recorded_curves(
             curve.steps_per_second = points[-1]["env_steps"] / max(points[-1]["seconds"], 1e-9)
         curves.append(curve)
     return curves
+
+
+def first_crossing(run: dict[str, Any], level: float) -> tuple[int, float] | None:
+    """(env steps, wall seconds) of a recorded run's first curve point whose mean return of the
+    last 20 games is at least ``level``; None if its curve never got there."""
+    for point in run["curve"]:
+        if point["mean_return"] is not None and point["mean_return"] >= level:
+            return point["env_steps"], point["seconds"]
+    return None
 
 
 def wall_time_figure(

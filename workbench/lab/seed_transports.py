@@ -70,7 +70,10 @@ class TransportResult:
 
     @property
     def layout(self) -> str:
-        return f"{self.num_actors}x{self.envs_per_actor}"
+        """``ACTORSxENVS``, with ``/BATCH`` when an actor's envs step asynchronously in batches."""
+        batch = self.settings.get("actor_batch")
+        suffix = "" if batch in (None, self.envs_per_actor) else f"/{batch}"
+        return f"{self.num_actors}x{self.envs_per_actor}{suffix}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "layout": self.layout}
@@ -94,8 +97,9 @@ def measure_transport(
     process uses, else a private local one: ``workbench.cluster``).
 
     ``settings``: the server's threads, batch and timeout (:class:`SeedSettings`; a batch may hold
-    every env, the timeout is chosen by the actor count). The same model (``make_model``, NatureCNN
-    for Atari) and the same envs on both transports."""
+    every env, the timeout is chosen by the actor count), and for the local transport the envs an
+    actor sends per request (``actor_batch``: fewer than its envs step them asynchronously). The
+    same model (``make_model``, NatureCNN for Atari) and the same envs on both transports."""
     if transport not in TRANSPORT_KINDS:
         raise ValueError(f"transport must be one of {TRANSPORT_KINDS}, got {transport!r}")
     check_args(env_id, num_actors, seconds, warmup)
@@ -106,6 +110,11 @@ def measure_transport(
     ):
         raise ValueError(f"envs_per_actor must be a positive int, got {envs_per_actor!r}")
     settings = settings or SeedSettings()
+    if transport == "ray" and settings.actor_batch not in (None, envs_per_actor):
+        raise ValueError(
+            "Ray env actors step all their envs in one request; actor_batch is for the local "
+            "transport (leave it None with transport='ray')"
+        )
     model = model if model is not None else make_model(env_id, seed=seed, env_options=env_options)
     envs = num_actors * envs_per_actor
     batch, timeout = settings.batch_size_for(envs), settings.timeout_for(num_actors)

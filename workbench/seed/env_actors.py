@@ -153,8 +153,11 @@ class InferenceClient:
         self.obs_dtype = np.dtype(slots.obs_dtype)
         self.request_fd = request_fd
         self.reply_fd = reply_fd
-        self.generation = generation
-        self._request = b"".join(REQUEST.pack(int(s), generation) for s in self.slot_ids)
+        # Packed once: an asynchronous actor's request is the join of its batch's envs.
+        self._env_requests = [REQUEST.pack(int(s), generation) for s in self.slot_ids]
+        self._request = b"".join(self._env_requests)
+        self._position = {int(s): i for i, s in enumerate(self.slot_ids)}
+        self._actions = np.empty(len(self.slot_ids), dtype=np.int64)
         if len(self._request) > select.PIPE_BUF:
             raise ValueError(
                 f"{len(self.slot_ids)} envs in one actor exceed one atomic pipe write "
@@ -182,7 +185,8 @@ class InferenceClient:
         Raises ``ValueError`` for an observation of the wrong shape or dtype (nothing is sent), and
         ``ServerStopped`` when the server stops or goes away."""
         obs = np.asarray(obs)
-        ids = self.slot_ids if envs is None else self.slot_ids[np.asarray(envs)]
+        envs = None if envs is None else np.asarray(envs)
+        ids = self.slot_ids if envs is None else self.slot_ids[envs]
         expected = (len(ids), *self.obs_shape)
         if obs.shape != expected or not np.can_cast(obs.dtype, self.obs_dtype, casting="same_kind"):
             raise ValueError(
@@ -201,21 +205,20 @@ class InferenceClient:
             a["episode_return"][ids] = episode_return
             a["episode_length"][ids] = episode_length
         a["sent_at"][ids] = time.perf_counter()
-        request = (
-            self._request
-            if envs is None
-            else b"".join(REQUEST.pack(int(s), self.generation) for s in ids)
-        )
+        if envs is None:
+            request = self._request
+        else:
+            request = b"".join([self._env_requests[i] for i in envs])
         try:
             os.write(self.request_fd, request)
         except (BrokenPipeError, OSError) as error:
             raise ServerStopped("the inference server closed its request pipe") from error
-        return self._receive(ids)
+        self._receive(len(ids))
+        return self._actions.copy() if envs is None else self._actions[envs]
 
-    def _receive(self, ids: np.ndarray) -> np.ndarray:
-        actions = np.empty(len(ids), dtype=np.int64)
-        position = {int(s): i for i, s in enumerate(ids)}
-        missing = len(ids)
+    def _receive(self, missing: int) -> None:
+        """Read ``missing`` replies into ``self._actions`` (indexed like ``slot_ids``)."""
+        actions, position = self._actions, self._position
         buffer = b""
         while missing:
             if not self._poll.poll(REPLY_TIMEOUT * 1000):
@@ -236,7 +239,6 @@ class InferenceClient:
                 actions[position[slot]] = action
                 missing -= 1
             buffer = buffer[usable:]
-        return actions
 
 
 @dataclass

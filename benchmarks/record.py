@@ -57,3 +57,39 @@ def write(report: dict, path: str) -> str:
         json.dump(report, f, indent=2)
         f.write("\n")
     return out
+
+
+class Recording:
+    """One benchmark run's record: the header (provenance, machine, budget, load average) taken at
+    the start, and ``finish`` adding the figures, the load average after and the wall time, writing
+    the JSON and printing the closing lines (the file, then ``ratios: key=value ...``)."""
+
+    def __init__(self, benchmark: str) -> None:
+        import dataclasses
+        import time
+
+        from workbench.budget import budget_name
+        from workbench.system import machine_info
+
+        self.clock = time.perf_counter
+        self.started = self.clock()
+        self.machine = machine_info()
+        self.header = {
+            **provenance(benchmark),
+            "workbench_budget": budget_name(),
+            "machine": dataclasses.asdict(self.machine),
+            "load_average_before": list(os.getloadavg()),
+        }
+
+    def finish(self, figures: dict, ratios: dict, path: str) -> dict:
+        report = {
+            **self.header,
+            **figures,
+            "load_average_after": list(os.getloadavg()),
+            "ratios": ratios,
+            "wall_seconds": self.clock() - self.started,
+        }
+        write(report, path)
+        print(f"\nwrote {path} ({report['wall_seconds']:.0f} s)")
+        print("ratios: " + " ".join(f"{key}={value:.2f}" for key, value in ratios.items()))
+        return report

@@ -191,3 +191,24 @@ def test_wait_for_row_says_when_the_apex_run_ended_first(tmp_path):
     with pytest.raises(RuntimeError, match="ended"):
         wait_for_row(apex, lambda row: False, timeout=90)
     apex.stop()
+
+
+# --- return against wall time at each actor count (Ape-X's Fig. 5 question) -----------------------
+
+
+def test_return_over_time_runs_each_count_for_its_time_and_keeps_its_replay_ratio(tmp_path):
+    from workbench.lab.apex_studies import return_over_time
+
+    (one,) = return_over_time((1,), 6.0, target=-1.0, config=small_config(), runs_dir=str(tmp_path))
+    assert one.num_actors == 1 and one.transitions > 0 and one.samples_trained > 0
+    assert one.replay_ratio == pytest.approx(one.samples_trained / one.transitions)
+    assert one.seconds == sorted(one.seconds) and 3.0 < one.seconds[-1] < 30.0
+    assert one.seconds_to_target == one.seconds[0]  # every return is >= -1
+    assert not live_children()
+
+
+def test_return_over_time_refuses_a_count_that_is_not_a_positive_int():
+    from workbench.lab.apex_studies import return_over_time
+
+    with pytest.raises(ValueError, match="positive ints"):
+        return_over_time((0,), 5.0, config=small_config())

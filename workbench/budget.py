@@ -31,10 +31,20 @@ class Budget:
     """Batch sizes of the inference study (notebook 01)."""
     live_steps: int
     """Env steps of the live, steerable PPO CartPole run (notebooks 03-04)."""
+    learner_counts: tuple[int, ...]
+    """Data-parallel learner counts of notebook 04's scaling study (1: one learner, no group)."""
+    learner_scaling_updates: int
+    """Timed PPO updates per learner count in that study (one more runs untimed first)."""
     batch_shapes: tuple[tuple[int, int], ...]
     """``(B, T)`` of the PPO batch-size study (notebook 03); B x T is the batch."""
     batch_study_steps: int
     """Env steps per run of the PPO batch-size study."""
+    lr_rules_shapes: tuple[tuple[int, int], ...]
+    """(B, T) of notebook 03's learning-rate rules study (the recipe's own 8 x 32 needs no rule)."""
+    lr_rules_seeds: tuple[int, ...]
+    """Seeds of that study, each rule and batch once per seed."""
+    lr_rules_steps: int
+    """Env-step budget of each run of that study (it stops at the recipe's target)."""
     a2c_batch_shapes: tuple[tuple[int, int], ...]
     """``(B, T)`` of the A2C batch-size study (notebook 03)."""
     a2c_study_steps: int
@@ -51,6 +61,10 @@ class Budget:
     """Actor counts of the Ape-X throughput study (notebook 06)."""
     apex_measure_seconds: float
     """Seconds measured per actor count in that study, after each run's warm-up."""
+    apex_over_time_counts: tuple[int, ...]
+    """Actor counts of notebook 06's return-against-wall-time study (Ape-X's Fig. 5 question)."""
+    apex_over_time_seconds: float
+    """Wall seconds of each run of that study."""
     apex_target_return: float
     """Return the Ape-X CartPole run of notebook 06 must reach (its actor exploring least)."""
     apex_max_seconds: float
@@ -61,6 +75,12 @@ class Budget:
     """Actor counts of notebook 07's SEED-against-IMPALA throughput plot (Pong, NatureCNN)."""
     seed_measure_seconds: float
     """Seconds each point of that plot is measured."""
+    seed_latency_actors: int
+    """Actors of notebook 07's sweep of the server's batch size and timeout (Pong)."""
+    seed_latency_batches: tuple[int, ...]
+    """``max_batch_size`` values of that sweep (each at most ``seed_latency_actors``)."""
+    seed_latency_timeouts: tuple[float, ...]
+    """Server timeouts of that sweep, seconds."""
     seed_vtrace_steps: int
     """Env-step budget of notebook 07's V-trace run on CartPole through the server."""
     seed_vtrace_target: float
@@ -68,6 +88,9 @@ class Budget:
     seed_r2d2_steps: int
     """Env-step budget of notebook 08's memory experiment (R2D2 against feed-forward DQN; R2D2's
     recipe reaches 300 within 80k, DQN runs the whole budget)."""
+    r2d2_drift_updates: int
+    """Learner updates between the actors' network and the learner's in notebook 08's study of
+    R2D2's four state strategies (the stored states' staleness)."""
     seed_live_seconds: float
     """Wall-clock limit of notebook 08's live SEED run (its cells stop it sooner)."""
     pong_random_games: int
@@ -103,8 +126,13 @@ _BUDGETS = {
         repeats=3,
         inference_batch_sizes=(1, 8, 32),
         live_steps=60_000,
+        learner_counts=(1, 2, 4),
+        learner_scaling_updates=2,
         batch_shapes=((8, 32), (32, 32), (128, 32)),
         batch_study_steps=120_000,
+        lr_rules_shapes=((128, 32),),
+        lr_rules_seeds=(0,),
+        lr_rules_steps=120_000,
         a2c_batch_shapes=((8, 5), (32, 5), (128, 5)),
         a2c_study_steps=60_000,
         async_iterations=4,
@@ -113,14 +141,20 @@ _BUDGETS = {
         dqn_batch_steps=12_000,
         apex_actor_counts=(1, 2, 4),
         apex_measure_seconds=3.0,
+        apex_over_time_counts=(1, 4),
+        apex_over_time_seconds=25.0,
         apex_target_return=200.0,
         apex_max_seconds=300.0,
         apex_live_seconds=120.0,
         seed_actor_counts=(1, 2, 4),
         seed_measure_seconds=3.0,
+        seed_latency_actors=4,
+        seed_latency_batches=(1, 2, 4),
+        seed_latency_timeouts=(0.0, 0.002),
         seed_vtrace_steps=300_000,
         seed_vtrace_target=200.0,
         seed_r2d2_steps=80_000,
+        r2d2_drift_updates=50,
         seed_live_seconds=40.0,
         pong_random_games=16,
         pong_eval_games=2,
@@ -142,8 +176,13 @@ _BUDGETS = {
         repeats=3,
         inference_batch_sizes=(1, 8, 32, 128),
         live_steps=300_000,
+        learner_counts=(1, 2, 4),
+        learner_scaling_updates=5,
         batch_shapes=((8, 32), (32, 32), (128, 32), (512, 32)),
         batch_study_steps=500_000,
+        lr_rules_shapes=((32, 32), (128, 32), (512, 32)),
+        lr_rules_seeds=(0, 1, 2),
+        lr_rules_steps=500_000,
         a2c_batch_shapes=((8, 5), (32, 5), (128, 5), (512, 5)),
         a2c_study_steps=400_000,
         async_iterations=20,
@@ -152,14 +191,20 @@ _BUDGETS = {
         dqn_batch_steps=100_000,
         apex_actor_counts=(1, 2, 4, 8, 16),
         apex_measure_seconds=20.0,
+        apex_over_time_counts=(1, 2, 4, 8),
+        apex_over_time_seconds=240.0,
         apex_target_return=475.0,
         apex_max_seconds=900.0,
         apex_live_seconds=900.0,
         seed_actor_counts=(1, 2, 4, 8, 16),
         seed_measure_seconds=10.0,
+        seed_latency_actors=8,
+        seed_latency_batches=(1, 2, 4, 8),
+        seed_latency_timeouts=(0.0, 0.001, 0.002, 0.005),
         seed_vtrace_steps=300_000,
         seed_vtrace_target=475.0,
         seed_r2d2_steps=200_000,
+        r2d2_drift_updates=200,
         seed_live_seconds=600.0,
         pong_random_games=32,
         pong_eval_games=10,

@@ -1,4 +1,5 @@
-"""The Ape-X studies of notebook 06: a CartPole run, and throughput against the number of actors."""
+"""The Ape-X studies of notebook 06: a CartPole run, throughput against the number of actors, and
+the paper's own question, return against wall time at each number of actors."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from workbench.apex import Apex, ApexConfig
 from workbench.apex.recipes import APEX_CARTPOLE_AGENT
 from workbench.lab.curves import study_dir
 from workbench.learners import DQNConfig
+from workbench.progress import each
 
-__all__ = ["ApexThroughput", "apex_cartpole_config", "apex_throughput"]
+__all__ = [
+    "ActorsOverTime",
+    "ApexThroughput",
+    "apex_cartpole_config",
+    "apex_throughput",
+    "return_over_time",
+]
 
 
 def apex_cartpole_config(**changes: Any) -> ApexConfig:
@@ -88,7 +96,7 @@ def apex_throughput(
     config = config or apex_cartpole_config()
     runs_dir = runs_dir or study_dir("workbench-apex-throughput-")
     results = []
-    for count in actor_counts:
+    for count in each(actor_counts, "Ape-X actor counts", unit="run"):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"apex_throughput: actor counts must be positive ints, got {count!r}.")
         run_config = dataclasses.replace(
@@ -153,4 +161,78 @@ def apex_throughput(
                 f"{result.seconds:.1f} s measured after {result.warmup_seconds:.1f} s of warm-up",
                 flush=True,
             )
+    return results
+
+
+@dataclass
+class ActorsOverTime:
+    """One run of :func:`return_over_time`: its learning curve against wall time and the replay
+    ratio it ended at."""
+
+    num_actors: int
+    seconds: list[float]
+    """Wall seconds of each row since ``run()`` (process start-up included, as a user waits it)."""
+    returns: list[float]
+    """The return of the actor exploring least (``apex/return_least_exploring``) at each row."""
+    transitions: int
+    """Transitions added to the central replay over the run."""
+    samples_trained: int
+    """Transitions trained on over the run (updates x batch size)."""
+    seconds_to_target: float | None
+
+    @property
+    def replay_ratio(self) -> float:
+        """Samples trained per transition added, over the whole run."""
+        return self.samples_trained / max(self.transitions, 1)
+
+
+def return_over_time(
+    actor_counts: Sequence[int],
+    seconds: float,
+    *,
+    target: float | None = None,
+    config: ApexConfig | None = None,
+    transport: str = "local",
+    runs_dir: str | None = None,
+) -> list[ActorsOverTime]:
+    """Ape-X's Fig. 5 question on this machine (Horgan et al. 2018: more actors, faster learning in
+    wall time): one run of ``config`` (default :func:`apex_cartpole_config`) per actor count, each
+    for ``seconds`` of wall time; the first row at which the actor exploring least reached
+    ``target`` (when given) is kept, the run goes on to the end of its time."""
+    if not seconds > 0:
+        raise ValueError(f"return_over_time: seconds must be > 0, got {seconds!r}.")
+    config = config or apex_cartpole_config()
+    runs_dir = runs_dir or study_dir("workbench-apex-over-time-")
+    results = []
+    for count in each(actor_counts, "Ape-X actor counts", unit="run"):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(
+                f"return_over_time: actor counts must be positive ints, got {count!r}."
+            )
+        run_config = dataclasses.replace(
+            config, num_actors=count, max_actors=max(config.max_actors, count)
+        )
+        apex = Apex(run_config, transport=transport, runs_dir=runs_dir, name=f"apex-{count}-actors")
+        apex.run(seconds=seconds)
+        rows = [r for r in apex.metrics if "event" not in r]
+        points = [r for r in rows if r.get("apex/return_least_exploring") is not None]
+        reached = next(
+            (
+                r["charts/wall_seconds"]
+                for r in points
+                if target is not None and r["apex/return_least_exploring"] >= target
+            ),
+            None,
+        )
+        last = rows[-1] if rows else {}
+        results.append(
+            ActorsOverTime(
+                num_actors=count,
+                seconds=[r["charts/wall_seconds"] for r in points],
+                returns=[r["apex/return_least_exploring"] for r in points],
+                transitions=int(last.get("apex/transitions_added", 0)),
+                samples_trained=int(last.get("apex/samples_trained", 0)),
+                seconds_to_target=reached,
+            )
+        )
     return results

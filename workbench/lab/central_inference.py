@@ -75,6 +75,7 @@ from workbench.lab.impala_actors import ImpalaActors
 from workbench.lab.throughput import torch_threads
 from workbench.models import ActorCritic
 from workbench.processes import WORKER_TIMEOUT
+from workbench.progress import each
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
 
@@ -442,36 +443,34 @@ def central_inference_study(
     runs: dict[int, dict[str, list[ThroughputResult]]] = {
         c: {"seed": [], "impala": []} for c in counts
     }
-    turn = 0
-    for _ in range(repeats):
-        for count in counts:
-            order = ("seed", "impala") if turn % 2 == 0 else ("impala", "seed")
-            turn += 1
-            for system in order:
-                if system == "seed":
-                    result = measure_seed(
-                        env_id,
-                        count,
-                        seconds,
-                        settings=settings,
-                        warmup=warmup,
-                        seed=seed,
-                        env_options=env_options,
-                        model=model,
-                    )
-                else:
-                    result = measure_impala(
-                        env_id,
-                        count,
-                        seconds,
-                        warmup=warmup,
-                        seed=seed,
-                        env_options=env_options,
-                        model=model,
-                    )
-                runs[count][system].append(result)
-                if progress is not None:
-                    progress(result)
+    passes = [count for _ in range(repeats) for count in counts]  # interleaved passes
+    for turn, count in enumerate(each(passes, "SEED and IMPALA, actor counts", unit="count")):
+        order = ("seed", "impala") if turn % 2 == 0 else ("impala", "seed")
+        for system in order:
+            if system == "seed":
+                result = measure_seed(
+                    env_id,
+                    count,
+                    seconds,
+                    settings=settings,
+                    warmup=warmup,
+                    seed=seed,
+                    env_options=env_options,
+                    model=model,
+                )
+            else:
+                result = measure_impala(
+                    env_id,
+                    count,
+                    seconds,
+                    warmup=warmup,
+                    seed=seed,
+                    env_options=env_options,
+                    model=model,
+                )
+            runs[count][system].append(result)
+            if progress is not None:
+                progress(result)
     rows = []
     for count in counts:
         seed_runs, impala_runs = runs[count]["seed"], runs[count]["impala"]

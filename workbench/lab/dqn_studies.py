@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench.lab.curves import LearningCurve, learning_curve, slug, study_dir
 from workbench.lab.pg_studies import make_recipe_run
+from workbench.progress import each
 from workbench.runs import Run
 from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, RECIPES, Recipe, dqn_variant
 
@@ -63,7 +64,7 @@ def dqn_variants_study(
     base = DQN_BASE if base is None else base
     runs_dir = runs_dir or study_dir("workbench-dqn-variants-")
     curves = []
-    for label, changes in variants.items():
+    for label, changes in each(variants.items(), "DQN variants", unit="run"):
         recipe = dqn_variant(base, name=base.name, **changes)
         run, curve = run_curve(recipe, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir)
         curve.settings = dict(
@@ -164,7 +165,7 @@ def dqn_batch_study(
     replay_ratio = recipe.config.replay_ratio if replay_ratio is None else float(replay_ratio)
     runs_dir = runs_dir or study_dir("workbench-dqn-batch-")
     results = []
-    for batch_size in batch_sizes:
+    for batch_size in each(batch_sizes, "DQN batch sizes", unit="run"):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(
                 f"dqn_batch_study: batch sizes must be positive ints, got {batch_size!r}."

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.lab.curves import LearningCurve, learning_curve
+from workbench.progress import each
 from workbench.runs import Run, RunConfig, RunSettings
 from workbench.runs.recipes import RECIPES, Recipe
 
@@ -111,7 +112,7 @@ def batch_size_study(
             scale_learning_rate=scale_rule, reference_batch_size=recipe.num_envs * recipe.horizon
         )
     curves = []
-    for num_envs, horizon in shapes:
+    for num_envs, horizon in each(shapes, f"{recipe.name}: batch shapes", unit="run"):
         label = f"{num_envs} x {horizon} = {num_envs * horizon}"
         run = make_recipe_run(
             recipe,
@@ -166,7 +167,7 @@ def sync_vs_async(make_run: Callable[[str], Run], *, warmup: int = 1) -> dict[st
     and every batch is one update old (policy lag 1).
     """
     results = {}
-    for mode in ("sync", "async"):
+    for mode in each(("sync", "async"), "sync, then async", unit="run"):
         run = make_run(mode)
         if run.config.mode != mode:
             raise ValueError(

@@ -8,6 +8,8 @@
   from one env step's bytes (SEED streams observations and actions; an IMPALA-style actor receives
   the parameters at each refresh and sends its trajectories) and a measured rate.
 * :func:`nodes_figure`: env steps/s against node count, a line per layout.
+* :func:`step_costs`: SEED's cost argument from a recorded ``benchmarks/central_inference.py``
+  run: CPU per env step, memory per actor and CPU hours per million frames, both systems.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import plotly.graph_objects as go
 
 from workbench.envs import env_spaces
 from workbench.lab.seed_transports import TransportResult, measure_transport
+from workbench.progress import each
 
-__all__ = ["nodes_figure", "throughput_over_nodes", "wire_costs"]
+__all__ = ["nodes_figure", "step_costs", "throughput_over_nodes", "wire_costs"]
 
 
 def throughput_over_nodes(
@@ -39,7 +42,7 @@ def throughput_over_nodes(
     from workbench import cluster
 
     rows = []
-    for nodes in node_counts:
+    for nodes in each(node_counts, "node counts", unit="cluster"):
         cluster.simulated_cluster(nodes=nodes)
         try:
             for actors, envs in layouts:
@@ -119,3 +122,27 @@ def wire_costs(
         "impala_parameter_mb_per_s": impala_parameters / 1e6,
         "requests_per_second": steps_per_second,
     }
+
+
+def step_costs(rows: Sequence[dict[str, Any]], frames_per_step: int = 4) -> list[dict[str, Any]]:
+    """Per actor count of a recorded SEED-against-IMPALA study (``central_inference.json``'s
+    ``rows``): each system's env steps/s, CPU ms per env step (every process of the system),
+    resident MB per actor process, and CPU hours per million frames (``frames_per_step`` frames
+    per agent step: Atari's frame skip). Espeholt et al. (2020, Sec. 4.4) price a run by the
+    machines it holds; on one machine the CPU spent per frame is that price."""
+    costs = []
+    for row in sorted(rows, key=lambda r: r["num_actors"]):
+        entry: dict[str, Any] = {"num_actors": row["num_actors"]}
+        for system in ("seed", "impala"):
+            result = row[system]
+            entry[system] = {
+                "steps_per_second": result["steps_per_second"],
+                "cpu_ms_per_step": result["cpu_ms_per_step"],
+                "mb_per_actor": result["actor_rss_mb"],
+                "cpu_hours_per_million_frames": result["cpu_ms_per_step"]
+                * (1e6 / frames_per_step)
+                / 3.6e6,
+            }
+        entry["cpu_ratio"] = entry["impala"]["cpu_ms_per_step"] / entry["seed"]["cpu_ms_per_step"]
+        costs.append(entry)
+    return costs

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import system
+from workbench.progress import follow as progress_bar
 from workbench.runs.control import (
     ENDED,
     POLL,
@@ -175,10 +176,10 @@ class RunLifecycle:
 
     def run(self, **limits: Any) -> "RunLifecycle":
         """Run the loop in this thread until it ends (scripts, tests). In the main thread, Ctrl-C
-        stops it cleanly at the end of the step (a second Ctrl-C stops it at once). Raises the
-        loop's error if it failed."""
+        stops it cleanly at the end of the step (a second Ctrl-C stops it at once). In a notebook
+        a progress bar follows the limit. Raises the loop's error if it failed."""
         self._begin(limits)
-        with interrupt_stops(self):
+        with interrupt_stops(self), progress_bar(self):
             self._main()
         if self.status == "failed":
             raise self.error

@@ -1,0 +1,61 @@
+"""The course as a reader meets it: the tour's map lists every notebook, and every notebook ends
+with exercises, their worked answers folded, and the glossary entries it uses (``docs/glossary.md``
+holds each definition once)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ENTRY = re.compile(r"^- \*\*(?P<term>[^*]+)\*\*: ", re.MULTILINE)
+
+
+def entries(markdown: str) -> dict[str, str]:
+    """Glossary entries of a markdown text: term -> its whole entry, continuation lines joined."""
+    starts = list(ENTRY.finditer(markdown))
+    found = {}
+    for match, following in zip(starts, starts[1:] + [None]):
+        end = following.start() if following else len(markdown)
+        found[match["term"]] = " ".join(markdown[match.start() : end].split())
+    return found
+
+
+GLOSSARY = entries((ROOT / "docs" / "glossary.md").read_text())
+
+
+def cells(path: Path) -> list[nbformat.NotebookNode]:
+    return nbformat.read(path, as_version=4).cells
+
+
+def test_the_course_has_its_notebooks_and_the_glossary_its_terms():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(len(NOTEBOOKS))]
+    assert len(NOTEBOOKS) >= 11 and len(GLOSSARY) >= 20
+
+
+def test_the_tour_maps_every_notebook_in_order():
+    tour = next(c.source for c in cells(NOTEBOOKS[0]) if "The path through the course" in c.source)
+    rows = re.findall(r"^\| \*\*(\d\d) ", tour, re.MULTILINE)
+    assert rows == [p.name[:2] for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_ends_with_exercises_answers_and_glossary(path):
+    exercises, answers, glossary = (c.source for c in cells(path)[-3:])
+    assert exercises.startswith("## Exercises"), exercises[:80]
+    numbered = re.findall(r"^(\d+)\. ", exercises, re.MULTILINE)
+    assert 3 <= len(numbered) <= 5 and numbered == [str(i + 1) for i in range(len(numbered))]
+    assert answers.lstrip().startswith("<details>") and answers.rstrip().endswith("</details>")
+    assert re.findall(r"^(\d+)\. ", answers, re.MULTILINE) == numbered  # one answer each
+    assert glossary.startswith("## Glossary")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_glossary_entry_is_the_course_glossary_s_own(path):
+    used = entries(cells(path)[-1].source)
+    assert used, "a glossary with no entries"
+    assert {term: text for term, text in used.items() if GLOSSARY.get(term) != text} == {}

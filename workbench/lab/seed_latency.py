@@ -1,0 +1,155 @@
+"""SEED's batching trade-off, for notebook 07 and ``benchmarks/seed_latency.py``: how the inference
+server's two knobs move an actor's wait and the throughput.
+
+The server answers when ``max_batch_size`` requests wait or when the oldest has waited ``timeout``
+seconds (Espeholt et al. 2020, Sec. 3: batching on the learner's accelerator is what makes central
+inference pay). A larger batch shares one forward pass among more env steps; a longer timeout lets
+batches fill but holds every request in them. :func:`latency_sweep` measures SEED at one actor
+count for each pair of the two (``central_inference.measure_seed``: local env-only actor processes,
+the server in this process), and :func:`latency_figure` draws the latency percentiles and the
+throughput against the batch size, a line per timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.lab.central_inference import (
+    SeedSettings,
+    ThroughputResult,
+    make_model,
+    measure_seed,
+)
+from workbench.progress import each
+
+__all__ = ["latency_figure", "latency_sweep", "recorded_latency"]
+
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+
+
+def latency_sweep(
+    num_actors: int,
+    max_batch_sizes: Sequence[int],
+    timeouts: Sequence[float],
+    seconds: float,
+    *,
+    env_id: str = "ALE/Pong-v5",
+    warmup: float = 1.0,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One SEED measurement per (``max_batch_size``, ``timeout``) at ``num_actors`` actors, the
+    same model served in each. Returns rows of ``max_batch_size``, ``timeout_ms``,
+    ``steps_per_second``, ``cpu_ms_per_step``, ``mean_batch_size`` and the server's latency
+    percentiles in ms (``latency_p50_ms``, ``latency_p99_ms``, ``queue_wait_p50_ms``,
+    ``forward_p50_ms``)."""
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in max_batch_sizes):
+        raise ValueError(f"max_batch_sizes must be positive ints, got {list(max_batch_sizes)}")
+    if any(not t >= 0 for t in timeouts):
+        raise ValueError(f"timeouts are seconds >= 0, got {list(timeouts)}")
+    if any(b > num_actors for b in max_batch_sizes):
+        raise ValueError(
+            f"a batch of {max(max_batch_sizes)} never fills from {num_actors} actors (one env "
+            "each); keep max_batch_sizes <= num_actors"
+        )
+    model = make_model(env_id, seed=seed)
+    points = [(b, t) for b in max_batch_sizes for t in timeouts]
+    rows = []
+    for batch, timeout in each(points, f"server settings, {num_actors} actors", unit="setting"):
+        settings = SeedSettings(max_batch_size=batch, timeout=timeout)
+        result = measure_seed(
+            env_id, num_actors, seconds, settings=settings, warmup=warmup, seed=seed, model=model
+        )
+        rows.append(row_of(result))
+    return rows
+
+
+def row_of(result: ThroughputResult) -> dict[str, Any]:
+    """The figures of one measurement that the sweep keeps."""
+    latency = result.latency
+    return {
+        "num_actors": result.num_actors,
+        "max_batch_size": result.settings["max_batch_size"],
+        "timeout_ms": 1000.0 * result.settings["timeout"],
+        "steps_per_second": result.steps_per_second,
+        "cpu_ms_per_step": result.cpu_ms_per_step,
+        **{
+            key: latency.get(key, float("nan"))
+            for key in (
+                "mean_batch_size",
+                "latency_p50_ms",
+                "latency_p99_ms",
+                "queue_wait_p50_ms",
+                "forward_p50_ms",
+            )
+        },
+    }
+
+
+def recorded_latency(path: "str | Path") -> list[dict[str, Any]]:
+    """The rows of a ``benchmarks/seed_latency.py`` record ([] when the file is missing)."""
+    path = Path(path)
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
+def latency_figure(
+    rows: Sequence[dict[str, Any]],
+    *,
+    recorded: Sequence[dict[str, Any]] = (),
+    title: str | None = None,
+) -> go.Figure:
+    """p50 and p99 request latency, and env steps/s, against ``max_batch_size``: a colour per
+    timeout; ``recorded`` rows (another run, e.g. the full budget's) dotted beside them."""
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("request latency, ms (p50 solid, p99 dashed)", "env steps / s"),
+    )
+    timeouts = sorted({r["timeout_ms"] for r in [*rows, *recorded]})
+    for source, group, dash in ((rows, "this run", None), (recorded, "recorded", "dot")):
+        for index, timeout in enumerate(timeouts):
+            mine = sorted(
+                (r for r in source if r["timeout_ms"] == timeout), key=lambda r: r["max_batch_size"]
+            )
+            if not mine:
+                continue
+            color, x = COLORS[index % len(COLORS)], [r["max_batch_size"] for r in mine]
+            name = f"timeout {timeout:g} ms ({group})"
+            for key, line in (("latency_p50_ms", dash or "solid"), ("latency_p99_ms", "dash")):
+                figure.add_trace(
+                    go.Scatter(
+                        x=x,
+                        y=[r[key] for r in mine],
+                        mode="lines+markers",
+                        name=name,
+                        legendgroup=name,
+                        showlegend=key == "latency_p50_ms",
+                        line=dict(color=color, dash=line),
+                        opacity=0.5 if dash else 1.0,
+                    ),
+                    row=1,
+                    col=1,
+                )
+            figure.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[r["steps_per_second"] for r in mine],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=False,
+                    line=dict(color=color, dash=dash or "solid"),
+                    opacity=0.5 if dash else 1.0,
+                ),
+                row=1,
+                col=2,
+            )
+    figure.update_xaxes(title_text="max_batch_size", type="log")
+    figure.update_yaxes(type="log", row=1, col=1)
+    figure.update_layout(title=title, height=380)
+    return figure

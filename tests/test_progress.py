@@ -3,6 +3,7 @@ asked for, following a run's limit, one bar per study."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -70,3 +71,38 @@ def test_a_loop_that_raises_closes_its_bar_so_later_runs_draw_theirs(tmp_path, m
             raise RuntimeError("a setting that cannot work")
     tiny_run(tmp_path, "after", iterations=1).run()
     assert re.search(r"after: 100%", capsys.readouterr().err)
+
+
+def test_in_a_real_kernel_a_run_bar_is_a_widget_redrawn_about_once_a_second(tmp_path):
+    """A notebook run's bar must not flood the kernel's output channel: nbval reads a cell's
+    messages only when the cell ends, and a queue that overflows drops the cell's last message."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_PROGRESS"}
+    seconds = 4
+    code = f"""
+from workbench.learners import PPO, PPOConfig
+from workbench.models import ActorCritic
+from workbench.runs import Run, RunConfig, RunSettings
+run = Run("CartPole-v1", PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=1)),
+          settings=RunSettings(num_actors=1, num_envs=2, horizon=4, minibatch_size=8),
+          config=RunConfig(runs_dir={str(tmp_path)!r}, name="in-kernel"))
+run.run(seconds={seconds})
+print("updates", run.updates)
+"""
+    messages: list[dict] = []
+    manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    try:
+        reply = client.execute_interactive(code, timeout=120, output_hook=messages.append)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    updates = int(re.search(r"updates (\d+)", printed).group(1))
+    widgets = [m for m in messages if m["msg_type"] == "comm_open"]
+    redraws = [m for m in messages if m["msg_type"] == "comm_msg"]
+    assert widgets, "no widget bar was drawn in the kernel"
+    assert updates > 10 * seconds, f"too few rows ({updates}) for the bound to mean anything"
+    # About one redraw a second, each a few widget messages, plus opening and closing the bar.
+    assert len(redraws) <= 4 * (seconds + 2) + 2 * len(widgets), len(redraws)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -21,6 +22,10 @@ T = TypeVar("T")
 
 # Bars of enclosing loops now open (a study's): a run inside one draws no bar of its own.
 _open_loops = 0
+
+# A drawn bar is a widget in a notebook and each redraw sends the browser a few messages; once a
+# second is smooth enough to read and keeps an hour-long cell to a few thousand messages.
+REFRESH_SECONDS = 1.0
 
 # The limit a run's bar follows, in this order when several are set: its row key and unit.
 FOLLOWED = (
@@ -51,7 +56,9 @@ def each(items: Iterable[T], desc: str, unit: str = "run") -> Iterator[T]:
     draw no bar of their own."""
     global _open_loops
     items = list(items)
-    with tqdm(total=len(items), desc=desc, unit=unit, disable=not shown()) as bar:
+    with tqdm(
+        total=len(items), desc=desc, unit=unit, disable=not shown(), mininterval=REFRESH_SECONDS
+    ) as bar:
         _open_loops += 1
         try:
             for item in items:
@@ -73,16 +80,22 @@ def follow(run: Any) -> Iterator[None]:
         ((n, k, u) for n, k, u in FOLLOWED if getattr(run.limits, n) is not None), FOLLOWED[0]
     )
     total = getattr(run.limits, name)
-    bar = tqdm(total=total, desc=str(run.name), unit=unit)
+    bar = tqdm(total=total, desc=str(run.name), unit=unit, mininterval=REFRESH_SECONDS)
     following = True  # the run keeps its row callbacks; this one goes quiet when the block ends
+    drawn_at = time.monotonic()
 
     def on_row(row: dict) -> None:
+        nonlocal drawn_at
         if not following or "event" in row or key not in row:
             return
         bar.n = min(row[key], total) if total is not None else row[key]
         if row.get("charts/mean_return") is not None:
             bar.set_postfix(mean_return=f"{row['charts/mean_return']:.1f}", refresh=False)
-        bar.refresh()
+        # Rows can come many times a second (one per update); the bar is redrawn at most once a
+        # REFRESH_SECONDS, and close() draws the last state.
+        if time.monotonic() - drawn_at >= REFRESH_SECONDS:
+            bar.refresh()
+            drawn_at = time.monotonic()
 
     run.on_row(on_row)
     try:

@@ -59,3 +59,24 @@ def test_every_glossary_entry_is_the_course_glossary_s_own(path):
     used = entries(cells(path)[-1].source)
     assert used, "a glossary with no entries"
     assert {term: text for term, text in used.items() if GLOSSARY.get(term) != text} == {}
+
+
+# Calls that take more than a few seconds at the ci budget: a study, a live run's wait, a sweep.
+LONG_CALLS = re.compile(
+    r"\b(\w+_study|memory_matters|return_over_time|apex_throughput|latency_sweep|learner_scaling"
+    r"|throughput_over_nodes|measure_vector_env)\(|\.wait\(|wait_for_row\("
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_long_call_has_its_expected_time_in_the_text_above(path):
+    """The reader knows before running a cell whether it takes seconds or a quarter of an hour."""
+    text_above, missing = "", []
+    for cell in cells(path)[:-3]:  # the exercises run nothing
+        if cell.cell_type == "markdown":
+            text_above = cell.source
+        elif LONG_CALLS.search(cell.source) and "*Expected time" not in text_above:
+            missing.append(cell.source.splitlines()[0])
+        elif cell.cell_type == "code" and LONG_CALLS.search(cell.source):
+            text_above = ""  # one statement per long cell: a second needs its own
+    assert not missing, missing

@@ -1,0 +1,65 @@
+"""What a notebook keeps in the repository (``workbench.lab.stored_outputs``): nbval's checked
+outputs from the ci budget, printed text, and every figure as a PNG that GitHub can show,
+including a live panel's figure in its final state."""
+
+from __future__ import annotations
+
+import base64
+
+import nbformat
+import pytest
+
+from workbench.lab import stored_outputs
+
+pytest.importorskip("kaleido")
+
+CELLS = [
+    "# NBVAL_CHECK_OUTPUT\nprint(6 * 7)",
+    "import os\nprint('budget', os.environ['WORKBENCH_BUDGET'])",
+    "import plotly.graph_objects as go\ngo.Figure(go.Bar(x=[1, 2], y=[3, 4]), layout_title_text='bars')",
+    "import ipywidgets as w\nlive = go.FigureWidget(go.Scatter(x=[1, 2], y=[2, 1]))\n"
+    "w.VBox([w.HTML('a panel'), live])",
+    "live.data[0].y = [5, 6]  # the run goes on after the panel is shown",
+    "import sys\nprint('noise', file=sys.stderr)",
+]
+
+
+@pytest.fixture
+def notebook_path(tmp_path):
+    path = tmp_path / "tiny.ipynb"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    nbformat.write(notebook, str(path))
+    return str(path)
+
+
+def test_a_live_figure_is_snapshotted_in_its_final_state_under_its_panel(notebook_path):
+    notebook = nbformat.read(notebook_path, as_version=4)
+    cells, snapshot = stored_outputs.execute(notebook, "ci", notebook_path, timeout=120)
+    panel_figures = stored_outputs.figures_in(cells[3].outputs, snapshot)
+    assert len(panel_figures) == 1
+    assert list(panel_figures[0]["data"][0]["y"]) == [5, 6]
+
+
+def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_path):
+    counts = stored_outputs.refresh(notebook_path, "ci", timeout=120)
+    assert counts == {"checked": 1, "figures": 2, "text": 1}
+    cells = nbformat.read(notebook_path, as_version=4).cells
+    checked, printed, bars, panel, update, noise = cells
+    assert checked.execution_count is not None and checked.outputs[0]["text"] == "42\n"
+    assert printed.outputs[0]["text"] == "budget ci\n" and printed.execution_count is None
+    for cell in (bars, panel):
+        (image,) = cell.outputs
+        assert base64.b64decode(image["data"]["image/png"]).startswith(b"\x89PNG")
+    assert bars.outputs[0]["data"]["text/plain"] == "<figure: bars>"
+    assert update.outputs == [] and noise.outputs == []  # no stderr, no widget state
+    stored = nbformat.read(notebook_path, as_version=4).metadata
+    assert "widgets" not in stored and stored["workbench"]["outputs"]["budget"] == "ci"
+
+
+def test_a_long_print_is_cut_and_says_so():
+    output = nbformat.v4.new_output("stream", name="stdout", text="x\n" * 100)
+    (kept,) = stored_outputs.kept_text([output])
+    lines = kept["text"].splitlines()
+    assert len(lines) == stored_outputs.MAX_TEXT_LINES + 1
+    assert lines[-1] == f"... ({100 - stored_outputs.MAX_TEXT_LINES} more lines)"

@@ -16,7 +16,12 @@ from processes import live_children
 
 from workbench.apex import Apex, actor_epsilons
 from workbench.lab import plots
-from workbench.lab.apex_studies import ApexThroughput, apex_cartpole_config, apex_throughput
+from workbench.lab.apex_studies import (
+    ApexThroughput,
+    apex_cartpole_config,
+    apex_throughput,
+    return_over_time,
+)
 from workbench.lab.curves import wait_for_row
 from workbench.lab.system_panels import ApexPanel
 
@@ -53,6 +58,14 @@ def test_apex_throughput_refuses_bad_arguments_before_starting_anything():
         apex_throughput((0,), seconds=1.0, config=small_config())
     with pytest.raises(ValueError, match="seconds"):
         apex_throughput((1,), seconds=0.0, config=small_config())
+
+
+def test_return_over_time_checks_every_count_before_the_first_run(tmp_path):
+    # a bad last count fails at once: no minutes of runs before the error
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="return_over_time: actor counts must be positive ints"):
+        return_over_time((1, 2, 0), seconds=60.0, config=small_config(), runs_dir=str(tmp_path))
+    assert time.perf_counter() - started < 5 and not list(tmp_path.iterdir())
 
 
 def test_replay_ratio_is_samples_per_transition():
@@ -197,7 +210,6 @@ def test_wait_for_row_says_when_the_apex_run_ended_first(tmp_path):
 
 
 def test_return_over_time_runs_each_count_for_its_time_and_keeps_its_replay_ratio(tmp_path):
-    from workbench.lab.apex_studies import return_over_time
 
     (one,) = return_over_time((1,), 6.0, target=-1.0, config=small_config(), runs_dir=str(tmp_path))
     assert one.num_actors == 1 and one.transitions > 0 and one.samples_trained > 0
@@ -208,7 +220,6 @@ def test_return_over_time_runs_each_count_for_its_time_and_keeps_its_replay_rati
 
 
 def test_return_over_time_refuses_a_count_that_is_not_a_positive_int():
-    from workbench.lab.apex_studies import return_over_time
 
     with pytest.raises(ValueError, match="positive ints"):
         return_over_time((0,), 5.0, config=small_config())

@@ -80,3 +80,23 @@ def test_every_long_call_has_its_expected_time_in_the_text_above(path):
         elif cell.cell_type == "code" and LONG_CALLS.search(cell.source):
             text_above = ""  # one statement per long cell: a second needs its own
     assert not missing, missing
+
+
+# A code cell whose result is a figure or a panel: its last line names one, or draws one.
+DRAWS = re.compile(r"^(figure|\w*panel|plots\.\w+\(.*|\w+_figure\(.*|\w+\.figure)$")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_is_stored_as_an_image_a_reader_sees_without_running(path):
+    """GitHub runs no JavaScript: a figure shows there only as a stored PNG
+    (bin/refresh-outputs)."""
+    notebook = nbformat.read(path, as_version=4)
+    assert {"budget", "commit", "machine"} <= set(notebook.metadata["workbench"]["outputs"])
+    missing = []
+    for cell in notebook.cells:
+        lines = cell.source.strip().splitlines()
+        if cell.cell_type != "code" or not lines or not DRAWS.match(lines[-1]):
+            continue
+        if not any("image/png" in output.get("data", {}) for output in cell.outputs):
+            missing.append(lines[-1])
+    assert not missing, f"no stored image; run bin/refresh-outputs {path.name}: {missing}"

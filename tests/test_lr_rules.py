@@ -63,6 +63,11 @@ def test_the_figure_draws_a_line_per_rule_and_skips_batches_never_reached():
     assert lines == {"linear": [1024, 4096]}
 
 
+def test_each_point_says_how_many_seeds_reached_the_target():
+    figure = rules_figure([run("sqrt", 0, 20_000), run("sqrt", 1, None), run("sqrt", 2, 40_000)])
+    assert [list(trace.text) for trace in figure.data] == [["2/3"], ["2/3"]]
+
+
 def test_unknown_rules_are_refused_with_the_choices():
     with pytest.raises(ValueError, match="the rules are"):
         lr_rules_study("ppo-cartpole", [(8, 32)], total_steps=256, rules=("cubic",))

@@ -5,6 +5,9 @@ including a live panel's figure in its final state."""
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -16,7 +19,8 @@ pytest.importorskip("kaleido")
 CELLS = [
     "# NBVAL_CHECK_OUTPUT\nprint(6 * 7)",
     "import os\nprint('budget', os.environ['WORKBENCH_BUDGET'])",
-    "import plotly.graph_objects as go\ngo.Figure(go.Bar(x=[1, 2], y=[3, 4]), layout_title_text='bars')",
+    "import plotly.graph_objects as go\n"
+    "go.Figure(go.Bar(x=[1, 2], y=[3, 4]), layout_title_text='bars')",
     "import ipywidgets as w\nlive = go.FigureWidget(go.Scatter(x=[1, 2], y=[2, 1]))\n"
     "w.VBox([w.HTML('a panel'), live])",
     "live.data[0].y = [5, 6]  # the run goes on after the panel is shown",
@@ -47,7 +51,7 @@ def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_pa
     cells = nbformat.read(notebook_path, as_version=4).cells
     checked, printed, bars, panel, update, noise = cells
     assert checked.execution_count is not None and checked.outputs[0]["text"] == "42\n"
-    assert printed.outputs[0]["text"] == "budget ci\n" and printed.execution_count is None
+    assert printed.outputs[0]["text"] == "budget ci\n"
     for cell in (bars, panel):
         (image,) = cell.outputs
         assert base64.b64decode(image["data"]["image/png"]).startswith(b"\x89PNG")
@@ -55,6 +59,20 @@ def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_pa
     assert update.outputs == [] and noise.outputs == []  # no stderr, no widget state
     stored = nbformat.read(notebook_path, as_version=4).metadata
     assert "widgets" not in stored and stored["workbench"]["outputs"]["budget"] == "ci"
+
+
+def test_nbval_passes_a_refreshed_notebook_and_still_checks_its_checked_cells(notebook_path):
+    stored_outputs.refresh(notebook_path, "ci", timeout=120)
+    nbval = [sys.executable, "-m", "pytest", notebook_path, "--nbval-lax", "--nbval-current-env"]
+    nbval += ["-p", "no:cacheprovider", "-q"]
+    env = {**os.environ, "WORKBENCH_BUDGET": "ci"}
+    passed = subprocess.run(nbval, capture_output=True, text=True, timeout=300, env=env)
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    notebook = nbformat.read(notebook_path, as_version=4)
+    notebook.cells[0].outputs[0]["text"] = "41\n"  # a wrong reference value must fail
+    nbformat.write(notebook, notebook_path)
+    failed = subprocess.run(nbval, capture_output=True, text=True, timeout=300, env=env)
+    assert failed.returncode == 1 and "tiny.ipynb::Cell 0" in failed.stdout, failed.stdout[-3000:]
 
 
 def test_a_long_print_is_cut_and_says_so():

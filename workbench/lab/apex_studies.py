@@ -70,6 +70,22 @@ class ApexThroughput:
         return self.samples_per_second / max(self.transitions_per_second, 1e-9)
 
 
+def with_actor_counts(
+    config: ApexConfig, actor_counts: Sequence[int], study: str
+) -> dict[int, ApexConfig]:
+    """``config`` once per actor count (``max_actors`` raised where needed), every count checked
+    before any run starts."""
+    for count in actor_counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{study}: actor counts must be positive ints, got {count!r}.")
+    return {
+        count: dataclasses.replace(
+            config, num_actors=count, max_actors=max(config.max_actors, count)
+        )
+        for count in actor_counts
+    }
+
+
 def apex_throughput(
     actor_counts: Sequence[int] = (1, 2, 4),
     *,
@@ -96,14 +112,10 @@ def apex_throughput(
     config = config or apex_cartpole_config()
     runs_dir = runs_dir or study_dir("workbench-apex-throughput-")
     results = []
+    configs = with_actor_counts(config, actor_counts, "apex_throughput")
     for count in each(actor_counts, "Ape-X actor counts", unit="run"):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"apex_throughput: actor counts must be positive ints, got {count!r}.")
-        run_config = dataclasses.replace(
-            config, num_actors=count, max_actors=max(config.max_actors, count)
-        )
         apex = Apex(
-            run_config,
+            configs[count],
             transport=transport,
             log_interval=log_interval,
             runs_dir=runs_dir,
@@ -204,15 +216,11 @@ def return_over_time(
     config = config or apex_cartpole_config()
     runs_dir = runs_dir or study_dir("workbench-apex-over-time-")
     results = []
+    configs = with_actor_counts(config, actor_counts, "return_over_time")
     for count in each(actor_counts, "Ape-X actor counts", unit="run"):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(
-                f"return_over_time: actor counts must be positive ints, got {count!r}."
-            )
-        run_config = dataclasses.replace(
-            config, num_actors=count, max_actors=max(config.max_actors, count)
+        apex = Apex(
+            configs[count], transport=transport, runs_dir=runs_dir, name=f"apex-{count}-actors"
         )
-        apex = Apex(run_config, transport=transport, runs_dir=runs_dir, name=f"apex-{count}-actors")
         apex.run(seconds=seconds)
         rows = [r for r in apex.metrics if "event" not in r]
         points = [r for r in rows if r.get("apex/return_least_exploring") is not None]

@@ -143,8 +143,8 @@ def rules_figure(
     runs: Sequence[RuleRun], *, title: str | None = None, target: float | None = None
 ) -> go.Figure:
     """Env steps and wall seconds to the target against the batch size, a line per rule: the
-    median over seeds, bars from the lowest to the highest; a batch where no seed reached the
-    target has no point."""
+    median over seeds, bars from the lowest to the highest, each point labelled with the seeds
+    that reached the target (``2/3``); a batch where no seed reached it has no point."""
     figure = make_subplots(rows=1, cols=2, subplot_titles=("env steps to target", "seconds"))
     summary = rules_summary(runs)
     for rule in dict.fromkeys(row["rule"] for row in summary):
@@ -164,7 +164,9 @@ def rules_figure(
                 go.Scatter(
                     x=x,
                     y=y,
-                    mode="lines+markers",
+                    mode="lines+markers+text",
+                    text=[f"{r['reached']}/{r['runs']}" for r in mine],
+                    textposition="top left",
                     name=rule,
                     legendgroup=rule,
                     showlegend=col == 1,

@@ -40,7 +40,8 @@ _widgets: list[Any] = []
 
 
 def watch_widgets() -> None:
-    """(In the kernel) remember every ipywidget built from now on (``Widget.on_widget_constructed``)."""
+    """(In the kernel) remember every ipywidget built from now on
+    (``Widget.on_widget_constructed``)."""
     import ipywidgets
 
     ipywidgets.Widget.on_widget_constructed(_widgets.append)
@@ -97,7 +98,8 @@ def execute(notebook: Any, budget: str, path: str, timeout: float) -> tuple[list
             os.environ.pop("WORKBENCH_BUDGET", None)
         else:
             os.environ["WORKBENCH_BUDGET"] = previous
-    printed = "".join(o.get("text", "") for o in copy.cells[-1].outputs if o.output_type == "stream")
+    last = copy.cells[-1].outputs
+    printed = "".join(o.get("text", "") for o in last if o.output_type == "stream")
     line = next(x for x in printed.splitlines() if x.startswith(SNAPSHOT_MARK))
     snapshot = json.loads(line[len(SNAPSHOT_MARK) :])
     return [c for c in copy.cells[1:-1] if c.cell_type == "code"], snapshot
@@ -188,7 +190,9 @@ def refresh(path: str, figures_budget: str = "ci", timeout: float = 7200) -> dic
             continue
         text = kept_text(drawn.outputs)
         images = [png_output(figure) for figure in figures_in(drawn.outputs, snapshot)]
-        cell.outputs, cell.execution_count = text + images, None
+        # nbval refuses stored outputs without an execution count ("Unrun reference cell")
+        cell.outputs = text + images
+        cell.execution_count = drawn.execution_count if cell.outputs else None
         counts["figures"] += len(images)
         counts["text"] += bool(text)
     notebook.metadata.pop("widgets", None)  # a run's widget state, useless without its kernel

@@ -75,6 +75,14 @@ def test_nbval_passes_a_refreshed_notebook_and_still_checks_its_checked_cells(no
     assert failed.returncode == 1 and "tiny.ipynb::Cell 0" in failed.stdout, failed.stdout[-3000:]
 
 
+def test_the_kernel_runs_at_the_asked_budget_and_this_process_keeps_its_own(notebook_path):
+    before = dict(os.environ)
+    notebook = nbformat.read(notebook_path, as_version=4)
+    cells, _ = stored_outputs.execute(notebook, "full", notebook_path, timeout=120)
+    assert cells[1].outputs[0]["text"] == "budget full\n"
+    assert dict(os.environ) == before
+
+
 def test_a_long_print_is_cut_and_says_so():
     output = nbformat.v4.new_output("stream", name="stdout", text="x\n" * 100)
     (kept,) = stored_outputs.kept_text([output])

@@ -83,21 +83,15 @@ def execute(notebook: Any, budget: str, path: str, timeout: float) -> tuple[list
         *copy.cells,
         nbformat.v4.new_code_cell(_AFTER),
     ]
-    previous = os.environ.get("WORKBENCH_BUDGET")
-    os.environ["WORKBENCH_BUDGET"] = budget
-    os.environ.setdefault("WORKBENCH_PROGRESS", "0")  # bars are not outputs to keep
-    try:
-        NotebookClient(
-            copy,
-            timeout=timeout,
-            kernel_name="python3",
-            resources={"metadata": {"path": os.path.dirname(path) or "."}},
-        ).execute()
-    finally:
-        if previous is None:
-            os.environ.pop("WORKBENCH_BUDGET", None)
-        else:
-            os.environ["WORKBENCH_BUDGET"] = previous
+    # The kernel gets the budget in its own environment; bars are not outputs to keep.
+    env = {**os.environ, "WORKBENCH_BUDGET": budget}
+    env.setdefault("WORKBENCH_PROGRESS", "0")
+    NotebookClient(
+        copy,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": os.path.dirname(path) or "."}},
+    ).execute(env=env)
     last = copy.cells[-1].outputs
     printed = "".join(o.get("text", "") for o in last if o.output_type == "stream")
     line = next(x for x in printed.splitlines() if x.startswith(SNAPSHOT_MARK))

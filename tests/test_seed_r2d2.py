@@ -2,10 +2,11 @@
 the inference server, the sequence assembly and the replay, and the claim that memory matters.
 
 Tiers: sequences checked against a literal record of what the server saw; per-slot
-epsilons against ``apex.actor_epsilons`` and their behaviour; two end-to-end runs on CartPole with
-the velocities hidden, R2D2 through SEED (reaches 300) and a feed-forward DQN with the same budget
-(stays far below it). The two runs take most of this file's time: about 45 s and 100 s on 2 CPU
-cores; the rest, about 10 s. A run stopped and resumed from its checkpoint carries on.
+epsilons against ``apex.actor_epsilons`` and their behaviour; an end-to-end run on CartPole with
+the velocities hidden: R2D2 through SEED reaches 300 (about 30 s on 2 CPU cores; the rest of the
+file, about 10 s). A run stopped and resumed from its checkpoint carries on. The other half of the
+claim, a feed-forward DQN with the same budget staying under half the target, is asserted where its
+run already is: notebook 08's memory study runs both agents.
 """
 
 from __future__ import annotations
@@ -172,13 +173,3 @@ def test_r2d2_through_seed_balances_the_pole_without_seeing_its_velocity() -> No
     assert study.r2d2_steps_to_target is not None, study.r2d2_curve[-5:]
     assert study.r2d2_steps_to_target <= RECIPE.total_steps
     assert study.r2d2_best >= RECIPE.target_return
-
-
-@pytest.mark.slow
-def test_a_feed_forward_dqn_with_the_same_budget_stays_far_below() -> None:
-    """The dqn-cartpole recipe (solves full-state CartPole in about 33k steps) on the same env and
-    budget: its best mean of 20 episodes stays under half the target (seen: 52 and 60, seeds
-    0-1)."""
-    study = memory_matters(seed=0, r2d2=False)
-    assert study.dqn_curve[-1]["env_steps"] >= RECIPE.total_steps
-    assert study.dqn_best < RECIPE.target_return / 2, study.dqn_curve[-5:]

@@ -89,3 +89,21 @@ def test_a_long_print_is_cut_and_says_so():
     lines = kept["text"].splitlines()
     assert len(lines) == stored_outputs.MAX_TEXT_LINES + 1
     assert lines[-1] == f"... ({100 - stored_outputs.MAX_TEXT_LINES} more lines)"
+
+
+def test_keep_checked_keeps_stored_checked_outputs_and_runs_once_at_the_figures_budget(
+    notebook_path,
+):
+    stored_outputs.refresh(notebook_path, "ci", timeout=120)
+    notebook = nbformat.read(notebook_path, as_version=4)
+    notebook.cells[0].outputs[0]["text"] = "stored\n"  # what nbval passed; an execution prints 42
+    nbformat.write(notebook, notebook_path)
+    stored_outputs.refresh(notebook_path, "full", timeout=120, keep_checked=True)
+    cells = nbformat.read(notebook_path, as_version=4).cells
+    assert cells[0].outputs[0]["text"] == "stored\n"
+    assert cells[1].outputs[0]["text"] == "budget full\n"
+
+
+def test_keep_checked_refuses_a_checked_cell_without_a_stored_output(notebook_path):
+    with pytest.raises(ValueError, match="without keep_checked"):
+        stored_outputs.refresh(notebook_path, "full", timeout=120, keep_checked=True)

@@ -17,12 +17,11 @@ import dataclasses
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.lab.curves import LearningCurve, learning_curve
+from workbench.lab.curves import LearningCurve, learning_curve, study_dir
 from workbench.progress import each
 from workbench.runs import Run, RunConfig, RunSettings
 from workbench.runs.recipes import RECIPES, Recipe
@@ -105,7 +104,7 @@ def batch_size_study(
     Returns one :class:`LearningCurve` per shape, labelled ``"B x T = batch"``.
     """
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
-    runs_dir = runs_dir or tempfile.mkdtemp(prefix="workbench-batch-study-")
+    runs_dir = runs_dir or study_dir("workbench-batch-study-")
     changes = {}
     if scale_rule is not None:
         changes = dict(

@@ -22,6 +22,7 @@ import base64
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +84,18 @@ def execute(notebook: Any, budget: str, path: str, timeout: float) -> tuple[list
         *copy.cells,
         nbformat.v4.new_code_cell(_AFTER),
     ]
-    # The kernel gets the budget in its own environment; bars are not outputs to keep.
+    # The kernel gets the budget in its own environment; bars are not outputs to keep; the runs'
+    # metrics and checkpoints go to a folder removed afterwards (unless the caller named one).
     env = {**os.environ, "WORKBENCH_BUDGET": budget}
     env.setdefault("WORKBENCH_PROGRESS", "0")
-    NotebookClient(
-        copy,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": os.path.dirname(path) or "."}},
-    ).execute(env=env)
+    with tempfile.TemporaryDirectory(prefix="workbench-refresh-runs-") as runs_dir:
+        env.setdefault("WORKBENCH_RUNS_DIR", runs_dir)
+        NotebookClient(
+            copy,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": os.path.dirname(path) or "."}},
+        ).execute(env=env)
     last = copy.cells[-1].outputs
     printed = "".join(o.get("text", "") for o in last if o.output_type == "stream")
     line = next(x for x in printed.splitlines() if x.startswith(SNAPSHOT_MARK))
@@ -162,22 +166,37 @@ def kept_text(outputs: list[Any]) -> list[Any]:
     return kept
 
 
-def refresh(path: str, figures_budget: str = "ci", timeout: float = 7200) -> dict:
+def refresh(
+    path: str, figures_budget: str = "ci", timeout: float = 7200, keep_checked: bool = False
+) -> dict:
     """Execute the notebook at ``path`` and store its outputs as the module docstring says.
+
+    ``keep_checked``: checked cells keep the outputs they have (they passed nbval since the code
+    last changed), so a refresh at ``full`` executes the notebook once instead of twice.
     Returns counts: checked cells kept, figures drawn, cells with text."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
-    checked_cells, checked_snapshot = execute(notebook, "ci", path, timeout)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if keep_checked:
+        unrun = [i for i, cell in enumerate(code) if is_checked(cell) and not cell.outputs]
+        if unrun:
+            raise ValueError(
+                f"{path}: checked code cell(s) {unrun} have no stored output to keep; "
+                "refresh without keep_checked (--keep-checked) to execute them at ci"
+            )
+    if figures_budget == "ci" or not keep_checked:
+        checked_cells, checked_snapshot = execute(notebook, "ci", path, timeout)
     if figures_budget == "ci":
         figure_cells, snapshot = checked_cells, checked_snapshot
     else:
         figure_cells, snapshot = execute(notebook, figures_budget, path, timeout)
+    if keep_checked:
+        checked_cells = code
     counts = {"checked": 0, "figures": 0, "text": 0}
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, checked, drawn in zip(code, checked_cells, figure_cells):
         cell.metadata.pop("execution", None)
-        if cell.source.lstrip().startswith(CHECKED):
+        if is_checked(cell):
             # nbval compares a cell only if it has outputs and an execution count
             cell.outputs, cell.execution_count = checked.outputs, checked.execution_count
             counts["checked"] += 1
@@ -194,6 +213,11 @@ def refresh(path: str, figures_budget: str = "ci", timeout: float = 7200) -> dic
     _, notebook = nbformat.validator.normalize(notebook)  # every cell gets its id
     nbformat.write(nbformat.from_dict(notebook), path)
     return counts
+
+
+def is_checked(cell: Any) -> bool:
+    """Whether nbval compares this cell's outputs (``--nbval-lax`` compares marked cells only)."""
+    return cell.source.lstrip().startswith(CHECKED)
 
 
 def provenance(budget: str) -> dict:

@@ -47,7 +47,7 @@ def test_a_live_figure_is_snapshotted_in_its_final_state_under_its_panel(noteboo
 
 def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_path):
     counts = stored_outputs.refresh(notebook_path, "ci", timeout=120)
-    assert counts == {"checked": 1, "figures": 2, "text": 1}
+    assert counts == {"checked": 1, "figures": 2, "text": 1, "slow_cells": {}}
     cells = nbformat.read(notebook_path, as_version=4).cells
     checked, printed, bars, panel, update, noise = cells
     assert checked.execution_count is not None and checked.outputs[0]["text"] == "42\n"
@@ -107,3 +107,18 @@ def test_keep_checked_keeps_stored_checked_outputs_and_runs_once_at_the_figures_
 def test_keep_checked_refuses_a_checked_cell_without_a_stored_output(notebook_path):
     with pytest.raises(ValueError, match="without keep_checked"):
         stored_outputs.refresh(notebook_path, "full", timeout=120, keep_checked=True)
+
+
+def test_refresh_reports_how_long_each_slow_cell_ran(tmp_path, monkeypatch):
+    path = str(tmp_path / "slow.ipynb")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("*Expected time: about a second.*"),
+        nbformat.v4.new_code_cell("print('quick')"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(1.6)"),
+    ]
+    nbformat.write(notebook, path)
+    monkeypatch.setattr(stored_outputs, "SLOW_CELL_SECONDS", 1.0)
+    counts = stored_outputs.refresh(path, "ci", timeout=120)
+    assert list(counts["slow_cells"]) == [1]  # nbval's numbering: code cells only
+    assert 2 <= counts["slow_cells"][1] <= 4

@@ -31,6 +31,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PNG_WIDTH, PNG_HEIGHT = 900, 450
 MAX_TEXT_LINES = 40  # a longer print is cut, the cut said in its last line
+SLOW_CELL_SECONDS = 10.0  # refresh reports the cells that ran longer (at the figures budget)
 SNAPSHOT_MARK = "workbench-figure-snapshot:"
 
 # Cells the kernel runs before and after the notebook: the first hears of every widget built,
@@ -173,7 +174,9 @@ def refresh(
 
     ``keep_checked``: checked cells keep the outputs they have (they passed nbval since the code
     last changed), so a refresh at ``full`` executes the notebook once instead of twice.
-    Returns counts: checked cells kept, figures drawn, cells with text."""
+    Returns counts: checked cells kept, figures drawn, cells with text, and ``slow_cells``: the
+    seconds each code cell (nbval's numbering) of at least ``SLOW_CELL_SECONDS`` ran at the
+    figures budget."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
@@ -193,9 +196,12 @@ def refresh(
         figure_cells, snapshot = execute(notebook, figures_budget, path, timeout)
     if keep_checked:
         checked_cells = code
-    counts = {"checked": 0, "figures": 0, "text": 0}
-    for cell, checked, drawn in zip(code, checked_cells, figure_cells):
+    counts = {"checked": 0, "figures": 0, "text": 0, "slow_cells": {}}
+    for index, (cell, checked, drawn) in enumerate(zip(code, checked_cells, figure_cells)):
         cell.metadata.pop("execution", None)
+        seconds = cell_seconds(drawn)
+        if seconds >= SLOW_CELL_SECONDS:  # what the "Expected time" line above it should say
+            counts["slow_cells"][index] = round(seconds)
         if is_checked(cell):
             # nbval compares a cell only if it has outputs and an execution count
             cell.outputs, cell.execution_count = checked.outputs, checked.execution_count
@@ -213,6 +219,20 @@ def refresh(
     _, notebook = nbformat.validator.normalize(notebook)  # every cell gets its id
     nbformat.write(nbformat.from_dict(notebook), path)
     return counts
+
+
+def cell_seconds(cell: Any) -> float:
+    """How long an executed cell ran, from the timestamps nbclient records in its metadata."""
+    from datetime import datetime
+
+    timing = cell.metadata.get("execution", {})
+    began, ended = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (began and ended):
+        return 0.0
+    parse = datetime.fromisoformat
+    return (
+        parse(ended.replace("Z", "+00:00")) - parse(began.replace("Z", "+00:00"))
+    ).total_seconds()
 
 
 def is_checked(cell: Any) -> bool:

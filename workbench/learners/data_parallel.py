@@ -162,14 +162,14 @@ class DataParallelLearner:
             self._awaiting.clear()
             self._failed, self._closed = None, False
             self._finalizer = weakref.finalize(
-                self, DataParallelLearner._terminate, self.processes, self.connections
+                self, _end_learners, self.processes, self.connections
             )
             try:
                 self._start(context, compute, factory_bytes, initial_state, threads_per_learner)
                 break
             except BaseException as error:  # _fail stopped them, or an interrupt: stop them now
                 self._finalizer.detach()
-                self._terminate(self.processes, self.connections, grace=0.0)
+                _end_learners(self.processes, self.connections, grace=0.0)
                 self._closed = True
                 retry = isinstance(error, RuntimeError) and "address already in use" in str(error)
                 if attempt == 2 or not retry:
@@ -302,16 +302,12 @@ class DataParallelLearner:
             f"backend={self.backend!r}, {state})"
         )
 
-    @staticmethod
-    def _terminate(processes: list, connections: list, grace: float = 3.0) -> None:
-        end_processes(processes, connections, lambda c: c.send(("close", 0, None)), grace)
-
     def _fail(self, message: str) -> RuntimeError:
         """End every learner (the group cannot go on without one of them) and say why."""
         self._failed = message.splitlines()[0]
         self._closed = True
         self._finalizer.detach()
-        self._terminate(self.processes, self.connections, grace=0.0)
+        _end_learners(self.processes, self.connections, grace=0.0)
         return RuntimeError(message)
 
     def _check_usable(self) -> None:
@@ -461,3 +457,8 @@ class RunLearner(DataParallelLearner):
             except RuntimeError:  # a learner died: the learner keeps its last parameters
                 pass
         super().close()
+
+
+def _end_learners(processes: list, connections: list, grace: float = 3.0) -> None:
+    """Ask each learner process to close, then end those that do not (also the finalizer's)."""
+    end_processes(processes, connections, lambda c: c.send(("close", 0, None)), grace)

@@ -218,11 +218,9 @@ class WorkerPool:
             for index in range(len(self.processes)):
                 self.receive(index)  # each worker reports it built its envs
         except BaseException:
-            WorkerPool._terminate(self.processes, self.connections)
+            _end_workers(self.processes, self.connections)
             raise
-        self._finalizer = weakref.finalize(
-            self, WorkerPool._terminate, self.processes, self.connections
-        )
+        self._finalizer = weakref.finalize(self, _end_workers, self.processes, self.connections)
 
     def _spawn(self, index: int) -> tuple[Any, Any]:
         parent_end, child_end = self.context.Pipe(duplex=True)
@@ -290,16 +288,12 @@ class WorkerPool:
         process.join(timeout=1.0)
         return WorkerDied(index, process.pid, process.exitcode)
 
-    @staticmethod
-    def _terminate(processes: list, connections: list) -> None:
-        end_processes(processes, connections, lambda c: c.send_bytes(COMMAND.pack(CLOSE, 0)))
-
     def close(self) -> None:
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer()
         else:
-            WorkerPool._terminate(self.processes, self.connections)
+            _end_workers(self.processes, self.connections)
 
 
 class EnvWorkers:
@@ -393,3 +387,8 @@ class EnvWorkers:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _end_workers(processes: list, connections: list) -> None:
+    """Ask each worker process to close, then end those that do not (also the finalizer's)."""
+    end_processes(processes, connections, lambda c: c.send_bytes(COMMAND.pack(CLOSE, 0)))

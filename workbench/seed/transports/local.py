@@ -160,7 +160,7 @@ class LocalActors:
         self.server.reset_slots(num_slots)
         self._request_reader, self._request_writer = self._context.Pipe(duplex=False)
         os.set_blocking(self._request_reader.fileno(), False)
-        self._finalizer = weakref.finalize(self, LocalActors._kill, self._actors)
+        self._finalizer = weakref.finalize(self, _kill_actors, self._actors)
         try:
             started = [self._spawn(i) for i in range(self.num_actors)]
             for actor in started:
@@ -281,19 +281,6 @@ class LocalActors:
                     if not actor.retiring:
                         detail = f"exit code {actor.process.exitcode}"
                         self.events.append(ActorEvent(time.time(), "stopped", index, detail))
-
-    @staticmethod
-    def _kill(actors: dict) -> None:
-        for actor in list(actors.values()):
-            if actor.process.is_alive():
-                actor.process.kill()
-        for actor in list(actors.values()):
-            actor.process.join(timeout=2.0)
-            for connection in (actor.reply_writer, actor.control):
-                try:
-                    connection.close()
-                except OSError:
-                    pass
 
     def _tell_stopped(self, actor: _Actor) -> None:
         try:
@@ -466,3 +453,17 @@ class LocalActors:
 
     def advance(self) -> None:
         """Nothing to do: the actor processes step their envs on their own."""
+
+
+def _kill_actors(actors: dict) -> None:
+    """Kill every actor process and close its pipes (the finalizer's, so it holds no ``self``)."""
+    for actor in list(actors.values()):
+        if actor.process.is_alive():
+            actor.process.kill()
+    for actor in list(actors.values()):
+        actor.process.join(timeout=2.0)
+        for connection in (actor.reply_writer, actor.control):
+            try:
+                connection.close()
+            except OSError:
+                pass

@@ -188,14 +188,14 @@ def refresh(
                 f"{path}: checked code cell(s) {unrun} have no stored output to keep; "
                 "refresh without keep_checked (--keep-checked) to execute them at ci"
             )
+    ci_run = None
     if figures_budget == "ci" or not keep_checked:
-        checked_cells, checked_snapshot = execute(notebook, "ci", path, timeout)
+        ci_run = execute(notebook, "ci", path, timeout)
     if figures_budget == "ci":
-        figure_cells, snapshot = checked_cells, checked_snapshot
+        figure_cells, snapshot = ci_run
     else:
         figure_cells, snapshot = execute(notebook, figures_budget, path, timeout)
-    if keep_checked:
-        checked_cells = code
+    checked_cells = code if keep_checked else ci_run[0]
     counts = {"checked": 0, "figures": 0, "text": 0, "slow_cells": {}}
     for index, (cell, checked, drawn) in enumerate(zip(code, checked_cells, figure_cells)):
         cell.metadata.pop("execution", None)
@@ -229,10 +229,10 @@ def cell_seconds(cell: Any) -> float:
     began, ended = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
     if not (began and ended):
         return 0.0
-    parse = datetime.fromisoformat
-    return (
-        parse(ended.replace("Z", "+00:00")) - parse(began.replace("Z", "+00:00"))
-    ).total_seconds()
+    def parse(stamp: str) -> datetime:  # nbclient ends its stamps in "Z", which 3.10 refuses
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    return (parse(ended) - parse(began)).total_seconds()
 
 
 def is_checked(cell: Any) -> bool:

@@ -229,6 +229,7 @@ def cell_seconds(cell: Any) -> float:
     began, ended = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
     if not (began and ended):
         return 0.0
+
     def parse(stamp: str) -> datetime:  # nbclient ends its stamps in "Z", which 3.10 refuses
         return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 

@@ -124,12 +124,12 @@ def _replay_main(config: ApexConfig, learner: Any, parent_pid: int) -> None:
                         learner.send(("stats", server.take_stats()))
                     elif kind == "close":
                         return
-                else:
+                elif conn in actors:  # a "disconnect" earlier in this ready list closed it
                     try:
                         server.add_block(conn.recv())
                     except (EOFError, OSError, RuntimeError):  # the actor died, maybe mid-message
                         conn.close()
-                        del actors[conn]
+                        actors.pop(conn, None)
             while pending_samples and server.ready(pending_samples[0]):
                 learner.send(("batch", server.sample(pending_samples.popleft())))
     except (EOFError, BrokenPipeError, OSError):

@@ -92,6 +92,11 @@ def _cartpole_apex() -> ApexConfig:
         model_options=dict(dueling=True, hidden=(256, 256)),
         num_actors=4,
         learning_starts=1_000,
+        # A floor as well as a cap: with 4 actors on 2 cores the learner fell to 5.5 samples per
+        # transition here and to fewer on a busier CI machine, where the run spent its 200k env
+        # steps before the learner had made the updates it needs (a CI failure). With the floor,
+        # actors wait for the learner and the updates per env step hold on any machine.
+        min_replay_ratio=16.0,
         max_replay_ratio=32.0,
     )
 
@@ -146,8 +151,9 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             target_return=475.0,
             total_steps=200_000,
             note="4 actors (epsilons 0.4 ** (1 + 7 i / 3)), dueling double 3-step DQN, batch 64, "
-            "at most 32 samples trained per transition; target met by the actor exploring least "
-            "(last 10 episodes). Seen: 26k learner updates, 103k env steps, 167 s on 2 cores.",
+            "16 to 32 samples trained per transition (actors wait while the learner lags); "
+            "target met by the actor exploring least (last 10 episodes). Seen: 20k-25k learner "
+            "updates, 82k-102k env steps, 53-63 s on 2 cores.",
         ),
         ApexRecipe(
             name="apex-dpg-pendulum",

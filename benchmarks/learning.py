@@ -172,6 +172,21 @@ class Curve:
         return self.points
 
 
+PROVENANCE = ("benchmark", "command", "git_commit", "date", "machine")
+
+
+def kept_with_provenance(earlier: dict) -> dict:
+    """The recipes of an earlier results file, each run carrying the command, commit, date and
+    machine that made it: a merge replaces the file's header, so runs recorded before runs carried
+    their own provenance take it from the header they were written under."""
+    header = {key: earlier[key] for key in PROVENANCE if key in earlier}
+    for entry in earlier["recipes"].values():
+        for run in entry["runs"]:
+            for key, value in header.items():
+                run.setdefault(key, value)
+    return earlier["recipes"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -186,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**provenance, "max_seconds": args.max_seconds, "recipes": {}}
     if args.merge and os.path.exists(args.out):
         with open(args.out) as f:
-            report["recipes"] = json.load(f)["recipes"]
+            report["recipes"] = kept_with_provenance(json.load(f))
     print(
         f"{'recipe':<16}{'seed':>5}{'target':>9}{'budget':>11}{'steps to target':>17}"
         f"{'seconds':>9}  stopped"

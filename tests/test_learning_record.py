@@ -1,0 +1,49 @@
+"""The learning benchmark's record (``benchmarks/learning.py``): a ``--merge`` keeps every run's
+provenance, so one file can hold seeds and recipes recorded at different commits."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
+
+import learning  # noqa: E402  (the benchmarks folder, as when the script runs)
+
+OLD_HEADER = {
+    "benchmark": "learning",
+    "command": "python benchmarks/learning.py --seeds 0 1 2",
+    "git_commit": "0" * 40,
+    "date": "2026-11-01T00:00:00+00:00",
+    "machine": {"cores": 2},
+}
+
+
+def test_a_merge_keeps_the_provenance_of_runs_recorded_under_an_older_header(tmp_path):
+    # An older file: its runs carry no provenance of their own, only the file's header does.
+    earlier = {
+        **OLD_HEADER,
+        "max_seconds": None,
+        "recipes": {
+            "dqn-cartpole": {"runs": [{"seed": 0, "solved": True}]},
+            "ppo-cartpole": {"runs": [{"seed": 1, "solved": True}, {"seed": 7, "solved": True}]},
+        },
+    }
+    out = tmp_path / "learning.json"
+    out.write_text(json.dumps(earlier))
+
+    argv = ["--recipes", "ppo-cartpole", "--seeds", "7", "--max-seconds", "1", "--log-every", "0"]
+    learning.main([*argv, "--merge", "--out", str(out)])  # 1 s: not solved, recorded all the same
+
+    merged = json.loads(out.read_text())
+    assert merged["git_commit"] != OLD_HEADER["git_commit"]  # the header is this run's
+    kept = merged["recipes"]["dqn-cartpole"]["runs"][0]
+    assert {key: kept[key] for key in OLD_HEADER} == OLD_HEADER
+    ppo_runs = {run["seed"]: run for run in merged["recipes"]["ppo-cartpole"]["runs"]}
+    assert sorted(ppo_runs) == [1, 7]
+    assert ppo_runs[1]["git_commit"] == OLD_HEADER["git_commit"]
+    assert ppo_runs[7]["git_commit"] == merged["git_commit"]  # rerun: the new provenance
+    assert ppo_runs[7]["stopped"] == "time"

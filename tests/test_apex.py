@@ -372,7 +372,7 @@ def test_apex_dqn_with_four_actors_solves_cartpole():
     # The recipe: 4 actors, 16 to 32 samples trained per transition (so the updates per env step
     # do not depend on this machine's speed: the 200k env steps hold at least 50k updates). Stated:
     # 475, the actor exploring least over its last 10 episodes, within 40,000 learner updates of
-    # batch 64. Seen: 20k-25k updates (82k-102k env steps) at seeds 0-2, 22k with a core taken.
+    # batch 64. Seen: 10k-26k updates (40k-106k env steps) at seeds 0-2, 22k with a core taken.
     recipe = APEX_RECIPES["apex-dqn-cartpole"]
     result = recipe.run(seed=0)
     last = metric_rows(result["run"])[-1]

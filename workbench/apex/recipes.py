@@ -152,8 +152,8 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             total_steps=200_000,
             note="4 actors (epsilons 0.4 ** (1 + 7 i / 3)), dueling double 3-step DQN, batch 64, "
             "16 to 32 samples trained per transition (actors wait while the learner lags); "
-            "target met by the actor exploring least (last 10 episodes). Seen: 20k-25k learner "
-            "updates, 82k-102k env steps, 53-63 s on 2 cores.",
+            "target met by the actor exploring least (last 10 episodes). Seen at seeds 0-2, three "
+            "times each: 10k-26k learner updates, 40k-106k env steps, 32-63 s on 2 cores.",
         ),
         ApexRecipe(
             name="apex-dpg-pendulum",

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     import torch
 
 
+#: The CPU instruction sets that decide this package's speed (Linux's /proc/cpuinfo names): AVX2
+#: alone (an older AMD EPYC: no bfloat16, the same recipe ~3x slower), AVX-512 with bfloat16 (the
+#: AMD EPYC most records come from, an Intel Xeon), AVX-512 fp16 and AMX (newer Xeons).
+CPU_FLAGS_OF_NOTE = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
 @dataclass(frozen=True)
 class MachineInfo:
     cpu_model: str
@@ -22,6 +28,14 @@ class MachineInfo:
     python: str
     torch: str
     cuda_devices: tuple[str, ...]
+    cpu_flags: tuple[str, ...] = ()
+    """Which of ``CPU_FLAGS_OF_NOTE`` the CPU has."""
+    torch_cpu_capability: str = ""
+    """The kernels torch's ATen picked (``torch.backends.cpu.get_cpu_capability()``: ``AVX512``,
+    ``AVX2``, ``DEFAULT``); lower than ``cpu_flags`` allow when ``ATEN_CPU_CAPABILITY`` caps it."""
+    isa_caps: tuple[str, ...] = ()
+    """Instruction-set caps set in the environment (``ATEN_CPU_CAPABILITY``,
+    ``ONEDNN_MAX_CPU_ISA``): a record made under them simulates an older CPU."""
 
 
 def usable_cores() -> int:
@@ -43,6 +57,23 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> tuple[str, ...]:
+    """Which of ``CPU_FLAGS_OF_NOTE`` this CPU has (empty off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    return tuple(flag for flag in CPU_FLAGS_OF_NOTE if flag in present)
+    except OSError:
+        pass
+    return ()
+
+
+#: Environment variables that cap the instruction sets torch uses (ATen's kernels, oneDNN's).
+ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
 def machine_info() -> MachineInfo:
     import psutil
     import torch
@@ -57,6 +88,9 @@ def machine_info() -> MachineInfo:
         python=platform.python_version(),
         torch=torch.__version__,
         cuda_devices=cuda,
+        cpu_flags=cpu_flags(),
+        torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        isa_caps=tuple(f"{k}={os.environ[k]}" for k in ISA_CAP_VARIABLES if os.environ.get(k)),
     )
 
 

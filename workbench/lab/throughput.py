@@ -239,6 +239,7 @@ def measure_vector_env(
     *,
     label: str | None = None,
     seed: int = 0,
+    env_options: dict | None = None,
 ) -> Throughput:
     """The environments alone: ``make_vector_env`` stepped with random actions, no policy.
 
@@ -250,13 +251,16 @@ def measure_vector_env(
             ``batch_size < num_envs`` (asynchronous Atari) each step returns ``batch_size`` envs,
             and that is what is counted.
         seconds: wall-clock seconds to step for (after at least 10 untimed steps).
+        env_options: ``make_vector_env``'s Atari options (``screen_size=42``, ...).
 
     ``details["cores_used"]``: cores the stepping keeps busy, ``min(num_threads, usable cores)``
     for Atari (C++ threads), 1 for gymnasium's SyncVectorEnv.
     """
     check_seconds(seconds)
     rng = np.random.default_rng(seed)
-    env = make_vector_env(env_id, num_envs, batch_size=batch_size, num_threads=num_threads)
+    env = make_vector_env(
+        env_id, num_envs, batch_size=batch_size, num_threads=num_threads, **(env_options or {})
+    )
     try:
         env.reset(seed=seed)
         batch = env.batch_size

@@ -50,9 +50,11 @@ def update_rate(
     autocast: str | None,
     channels_last: bool,
     seconds: float = 1.0,
+    device: "str | torch.device" = "cpu",
 ) -> float:
     """Samples per second of gradient steps (forward, backward, Adam) of a copy of ``model`` on
-    random uint8 observations ``[minibatch_size, *obs_shape]``, at the current torch threads.
+    random uint8 observations ``[minibatch_size, *obs_shape]``, at the current torch threads, on
+    ``device`` (a GPU's figure waits for its kernels to finish).
 
     The model's forward must take ``[N, *obs_shape]`` and return a tensor or a tuple of tensors
     (``ActorCritic``, ``QNetwork``); the loss is the mean square of every output, which costs what
@@ -65,7 +67,8 @@ def update_rate(
         raise ValueError(
             f"need seconds > 0 and minibatch_size >= 1, got {seconds}, {minibatch_size}"
         )
-    model = copy.deepcopy(model).cpu()
+    device = torch.device(device)
+    model = copy.deepcopy(model).to(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-8)
@@ -75,10 +78,11 @@ def update_rate(
     )
     # As PolicyGradient.forward_obs does: frames scaled once, in the autocast dtype if any.
     dtype = AUTOCAST_DTYPES[autocast] if autocast else torch.float32
-    x = obs.to(dtype).div_(255.0)  # contiguous, as the learner passes it: the model converts
+    x = obs.to(device).to(dtype).div_(255.0)  # contiguous, as the learner passes it
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step() -> None:
-        with torch.autocast("cpu", dtype=dtype, enabled=autocast is not None):
+        with torch.autocast(device.type, dtype=dtype, enabled=autocast is not None):
             out = model(x)
         outputs = out if isinstance(out, tuple) else (out,)
         loss = sum(o.float().pow(2).mean() for o in outputs)
@@ -88,9 +92,11 @@ def update_rate(
 
     step()  # the first call pays for oneDNN's kernel choice
     step()
+    synchronize()
     samples, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         step()
+        synchronize()
         samples += minibatch_size
     return samples / (time.perf_counter() - started)
 

@@ -14,8 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit() -> str:
-    """``git rev-parse HEAD``, plus ``-dirty`` when tracked files have changes ("unknown" if no
-    git)."""
+    """``git rev-parse HEAD``, plus ``-dirty`` when tracked files have changes. Without git (a copy
+    of a committed tree sent to another machine, without its ``.git``), ``$WORKBENCH_GIT_COMMIT``
+    as the sender names it, else "unknown"."""
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")  # read-only: never take the index lock
     try:
         commit = subprocess.run(
@@ -35,7 +36,7 @@ def git_commit() -> str:
             check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("WORKBENCH_GIT_COMMIT", "unknown")
     return commit + ("-dirty" if status.strip() else "")
 
 

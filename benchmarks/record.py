@@ -14,9 +14,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def git_commit() -> str:
-    """``git rev-parse HEAD``, plus ``-dirty`` when tracked files have changes. Without git (a copy
-    of a committed tree sent to another machine, without its ``.git``), ``$WORKBENCH_GIT_COMMIT``
-    as the sender names it, else "unknown"."""
+    """``git rev-parse HEAD``, plus ``-dirty`` when tracked files have changes ("unknown" without
+    git). ``$WORKBENCH_GIT_COMMIT``, when set, names it instead: a committed tree copied to another
+    machine (a lent GPU) may arrive beside no ``.git``, or an older one."""
+    if os.environ.get("WORKBENCH_GIT_COMMIT"):
+        return os.environ["WORKBENCH_GIT_COMMIT"]
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")  # read-only: never take the index lock
     try:
         commit = subprocess.run(
@@ -36,7 +38,7 @@ def git_commit() -> str:
             check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("WORKBENCH_GIT_COMMIT", "unknown")
+        return "unknown"
     return commit + ("-dirty" if status.strip() else "")
 
 

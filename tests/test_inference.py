@@ -372,3 +372,12 @@ def test_killing_the_kernel_ends_every_env_actor(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait(10)
+
+
+def test_a_model_on_another_device_than_the_server_names_the_fix():
+    from workbench.models import ActorCritic
+    from workbench.seed.server import InferenceServer, SampledPolicy
+
+    elsewhere = ActorCritic((4,), 2).to("meta")  # any device but the server's: a GPU's, here meta
+    with pytest.raises(ValueError, match="move the model first"):
+        InferenceServer(SampledPolicy(elsewhere), 4, device="cpu")

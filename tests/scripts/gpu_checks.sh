@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# The checks a lent GPU machine runs (16 cores, one GPU, its own python3 with torch): the GPU tests,
-# then the benchmarks' device rows, each bounded so the whole fits one short lease. Results go to
-# $OUT (or /tmp/gpu-checks): the records are copied into data/ by whoever ran it, with its log.
-# gymnasium and ale-py travel as wheels in .whl/ (the machine has no registry).
+# The checks a lent GPU machine runs (16 cores, one GPU, its own python3 with torch), each bounded
+# so the whole fits one short lease: the GPU tests, then the benchmarks' device rows. Results go to
+# $OUT (or /tmp/gpu-checks); whoever ran it copies the records into data/. gymnasium and ale-py
+# travel as wheels in .whl/ (the machine has no registry). The copied tree may carry a stale .git:
+# WORKBENCH_GIT_COMMIT=<the commit sent> names the records' commit. Arguments pick the steps
+# (default: all): tests, costs, seed, training, cpu.
 set -u
 out="${OUT:-/tmp/gpu-checks}"; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE WORKBENCH_PROGRESS=0
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD"
-{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"; git rev-parse HEAD; git status --porcelain --untracked-files=no | head; } 2>&1 | tee "$out/machine.txt"
+{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"; echo "commit ${WORKBENCH_GIT_COMMIT:-?}"; } 2>&1 | tee "$out/machine.txt"
 step() { local seconds=$1; shift; echo "=== $* (at most ${seconds}s)"; local t=$SECONDS; timeout "$seconds" "$@"; echo "=== rc=$? in $((SECONDS - t))s"; }
+steps=" ${*:-tests costs seed training cpu} "
 {
-step 200 python3 -m pytest -p no:cacheprovider -q -rA tests/test_gpu_paths.py \
+[[ $steps == *" tests "* ]] && step 240 python3 -m pytest -p no:cacheprovider -q -rA --durations=0 \
+    tests/test_gpu_paths.py \
     tests/test_pg.py::test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale \
     tests/test_runs.py::test_moving_the_learner_to_cuda_mid_run_moves_model_and_optimizer_state \
     tests/test_envs.py::test_resolve_device_cuda_names_cpu_as_the_fix_without_a_gpu
-step 60 python3 benchmarks/component_costs.py --device cuda --seconds 0.4 --out "$out/component_costs_cuda.json"
-step 110 python3 benchmarks/central_inference.py --device cuda --actors 1 4 16 --seconds 4 --transports local --layouts 4x16 8x8 16x4 --out "$out/central_inference_cuda.json"
-step 100 python3 benchmarks/training_throughput.py --device cuda --seconds 8 --threads 1,4 --out "$out/training_throughput_cuda.json"
-step 45 python3 benchmarks/component_costs.py --device cpu --threads 1 16 --seconds 0.2 --out "$out/component_costs_cpu_16cores.json"
-} 2>&1 | tee "$out/log.txt"
+[[ $steps == *" costs "* ]] && step 60 python3 benchmarks/component_costs.py --device cuda --seconds 0.4 --out "$out/component_costs_cuda.json"
+[[ $steps == *" seed "* ]] && step 110 python3 benchmarks/central_inference.py --device cuda --actors 1 4 16 --seconds 4 --transports local --layouts 4x16 8x8 16x4 --out "$out/central_inference_cuda.json"
+[[ $steps == *" training "* ]] && step 100 python3 benchmarks/training_throughput.py --device cuda --seconds 8 --threads 1,4 --out "$out/training_throughput_cuda.json"
+[[ $steps == *" cpu "* ]] && step 45 python3 benchmarks/component_costs.py --device cpu --threads 1 16 --seconds 0.2 --out "$out/component_costs_cpu_16cores.json"
+} 2>&1 | tee -a "$out/log.txt"

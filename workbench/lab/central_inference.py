@@ -78,6 +78,7 @@ from workbench.processes import WORKER_TIMEOUT
 from workbench.progress import each
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
+from workbench.system import resolve_device
 
 __all__ = [
     "SeedSettings",
@@ -300,15 +301,16 @@ def measure_seed(
     settings = settings or SeedSettings()
     started = time.perf_counter()
     model = model if model is not None else make_model(env_id, seed=seed, env_options=env_options)
+    device = resolve_device(settings.device)
+    if device.type != "cpu":  # the server serves the model where it lives: a copy goes there
+        model = copy.deepcopy(model).to(device)
     with torch_threads(settings.server_threads):
         server = InferenceServer(
             SampledPolicy(model),
             settings.batch_size_for(num_actors),
             settings.timeout_for(num_actors),
-            device=settings.device,
+            device=device,
         )
-        if server.device.type != "cpu":
-            model = copy.deepcopy(model).to(server.device)
         actors = LocalActors(
             server, env_id, num_actors, seed=seed, env_options=env_options, nice=settings.actor_nice
         )

@@ -280,9 +280,10 @@ class DQN:
         ].cpu()
 
     def actor_state(self) -> dict[str, torch.Tensor]:
-        """The parameters an actor needs: the online network (it acts and computes priorities
-        with it; its own copy serves as its target network too)."""
-        return {key: value.detach() for key, value in self.q_network.state_dict().items()}
+        """The parameters an actor needs, on the CPU (actors act there; a GPU learner's tensors
+        would make every actor process start CUDA): the online network (it acts and computes
+        priorities with it; its own copy serves as its target network too)."""
+        return {key: value.detach().to("cpu") for key, value in self.q_network.state_dict().items()}
 
     def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
         """Load parameters an Ape-X learner published, into the online and the target network."""

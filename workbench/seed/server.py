@@ -195,6 +195,14 @@ class InferenceServer:
         self.max_batch_size = max_batch_size
         self.timeout = float(timeout)
         self.device = resolve_device(device)
+        model = getattr(policy, "model", None)
+        served_on = next(iter(model.parameters()), None) if model is not None else None
+        if served_on is not None and served_on.device.type != self.device.type:
+            raise ValueError(
+                f"the policy's model is on {served_on.device} and the server on {self.device}: "
+                f"move the model first (model.to({str(self.device)!r})) or serve it on "
+                f"device={str(served_on.device)!r}."
+            )
         self.listeners = list(listeners)
         self.lock = lock or threading.Lock()
         self.latency = LatencyStats()

@@ -38,7 +38,10 @@ class SharedParameters:
     changed version retries; a torn copy is never loaded."""
 
     def __init__(self, context: Any, state: dict[str, torch.Tensor]) -> None:
-        self.tensors = {key: value.detach().clone().share_memory_() for key, value in state.items()}
+        # CPU shared memory whatever the learner's device: actors read it without CUDA.
+        self.tensors = {
+            key: value.detach().to("cpu", copy=True).share_memory_() for key, value in state.items()
+        }
         self.version = context.Value("q", 0, lock=False)
 
     def publish(self, state: dict[str, torch.Tensor]) -> None:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
 import torch
-from processes import live_children
+from processes import live_children, wait_gone
 
 from workbench.apex import (
     APEX_RECIPES,
@@ -321,8 +320,8 @@ def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data(
     # The replay outlived the killed actor: it kept growing from what it held.
     assert metric_rows(apex)[-1]["apex/replay_size"] > seen["size_at_kill"]
     assert apex.actor_pids() == {} and apex.status == "stopped"
-    time.sleep(0.5)
-    assert live_children() - before == set(), "an actor or the replay process outlived the run"
+    left = wait_gone(list(live_children() - before))
+    assert left == [], "an actor or the replay process outlived the run"
 
 
 @pytest.mark.slow

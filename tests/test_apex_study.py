@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from processes import live_children
+from processes import live_children, wait_gone
 
 from workbench.apex import Apex, actor_epsilons
 from workbench.lab import plots
@@ -123,10 +123,8 @@ def test_apex_throughput_on_one_actor_gives_positive_rates_and_ends_its_processe
     assert abs(result.samples_per_second - 64 * result.updates_per_second) <= slack
     assert result.seconds >= 2.0 and result.warmup_seconds > 0
     assert list(result.per_actor_transitions) == [0] and result.per_actor_transitions[0] > 0
-    time.sleep(0.5)
-    assert live_children() - before == set(), (
-        "an actor or the replay process outlived the measurement"
-    )
+    left = wait_gone(list(live_children() - before))
+    assert left == [], "an actor or the replay process outlived the measurement"
 
 
 def test_the_panel_slider_sets_the_actors_and_stop_ends_the_run(tmp_path):
@@ -168,8 +166,8 @@ def test_the_panel_slider_sets_the_actors_and_stop_ends_the_run(tmp_path):
     transitions = [rows[-1]["apex/per_actor"][i]["transitions"] for i in (0, 1)]
     assert list(panel.actor_figure.data[0].y) == transitions
     assert "stopped" in panel.status.value and not panel.buttons["start"].disabled
-    time.sleep(0.5)
-    assert live_children() - before == set(), "an actor or the replay process outlived the run"
+    left = wait_gone(list(live_children() - before))
+    assert left == [], "an actor or the replay process outlived the run"
 
 
 def test_the_panels_actors_slider_reaches_max_actors_and_asks_the_run_for_more(tmp_path):
@@ -216,7 +214,7 @@ def test_return_over_time_runs_each_count_for_its_time_and_keeps_its_replay_rati
     assert one.replay_ratio == pytest.approx(one.samples_trained / one.transitions)
     assert one.seconds == sorted(one.seconds) and 3.0 < one.seconds[-1] < 30.0
     assert one.seconds_to_target == one.seconds[0]  # every return is >= -1
-    assert not live_children()
+    assert wait_gone(list(live_children())) == [], "an actor or the replay process outlived the run"
 
 
 def test_return_over_time_refuses_a_count_that_is_not_a_positive_int():

@@ -66,6 +66,21 @@ def wait_for_processes(marker: str, at_least: int, seconds: float = 30.0) -> lis
     return found
 
 
+def wait_for_listening(
+    marker: str, names: set[str], at_least: int, seconds: float = 30.0
+) -> list[tuple[str, str, int]]:
+    """The listening sockets of the instance's processes and of this driver, once they are
+    ``at_least`` and processes named ``names`` are among them (a process binds its ports a while
+    after it starts, an agent after Ray starts it lazily)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = listening([*marked_processes(marker), psutil.Process()])
+        enough = names <= {name for name, _, _ in found} and len(found) >= at_least
+        if enough or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
 def wait_none_left(marker: str, seconds: float = GONE_WITHIN) -> list[str]:
     """Names of the instance's processes still alive after up to ``seconds``."""
     deadline = time.monotonic() + seconds
@@ -95,7 +110,7 @@ def test_a_private_instance_listens_on_loopback_only(local_instance):
     processes = wait_for_processes(instance.marker, at_least=5)
     pids = {p.pid for p in processes}
     assert worker in pids, "the actor's worker does not carry the instance's marker"
-    sockets = listening([*processes, psutil.Process()])
+    sockets = wait_for_listening(instance.marker, {"gcs_server", "raylet"}, at_least=6)
     names = {name for name, _, _ in sockets}
     assert {"gcs_server", "raylet"} <= names and len(sockets) >= 6, sockets
     assert [s for s in sockets if s[1] not in LOOPBACK] == [], sockets

@@ -46,6 +46,11 @@ def actors_on_nodes(run: Seed) -> dict[str, list[int]]:
     return by_node
 
 
+def actor_counts_applied(run: Seed) -> list[int]:
+    """The actor counts of the run's ``settings`` events, in the order the loop applied them."""
+    return [e["new"]["num_actors"] for e in run.events if e["event"] == "settings"]
+
+
 def record_placement(run: Seed) -> dict[str, list[int]]:
     """Where the run's actors are, read at its first row (the placement ends with the run)."""
     placed: dict[str, list[int]] = {}
@@ -116,9 +121,14 @@ def test_a_killed_env_actor_is_restarted_and_actors_come_and_go_live(two_nodes, 
         while len(run.actor_nodes()) != 1:
             assert time.monotonic() < deadline + 150 and run.error is None, run.events
             time.sleep(0.1)
+        # The loop applies a change, then records its settings event (``_take_settings``): the
+        # actors are gone before the event for 1 is there, so wait for the event too.
+        while actor_counts_applied(run)[-1:] != [1]:
+            assert time.monotonic() < deadline + 180 and run.error is None, run.events
+            time.sleep(0.1)
         kinds = [e["event"] for e in run.events]
         assert "actor_died" in kinds and "actor_restarted" in kinds
-        assert [e["new"]["num_actors"] for e in run.events if e["event"] == "settings"] == [3, 1]
+        assert actor_counts_applied(run) == [3, 1]
     finally:
         assert run.stop() == "stopped", run.error
     assert_no_ray_actor_left()

@@ -289,8 +289,7 @@ def test_the_seed_panel_steers_actors_and_the_servers_batch_live(tmp_path):
     changes = sorted((e["event"], e["old"], e["new"]) for e in panel.events)
     assert changes == [("batch", 2, 1), ("settings", {"num_actors": 1}, {"num_actors": 2})]
     assert len(panel.server_figure.layout.shapes) == 2  # both changes, as dashed lines
-    time.sleep(0.5)
-    assert live_children() - before == set(), "an env actor outlived the run"
+    assert wait_gone(list(live_children() - before)) == [], "an env actor outlived the run"
 
 
 def test_the_seed_panels_actors_slider_reaches_the_runs_actor_limit(tmp_path):

@@ -200,9 +200,13 @@ def test_set_num_actors_grows_and_shrinks(kind, make):
         return
     transport.set_num_actors(MAX_ACTORS)
     assert len(transport.pids) == MAX_ACTORS
-    assert kinds_of(transport, MAX_ACTORS - 1) == ["started"]
+    added = MAX_ACTORS - 1
+    # Local: the serving thread marks the new actor ready (set_num_actors returns then), and records
+    # its "started" event just after.
+    drive(served, lambda: kinds_of(transport, added) != [], 30, "the new actor's first event")
+    assert kinds_of(transport, added) == ["started"]
     served.forget()
-    drive(served, lambda: MAX_ACTORS - 1 in served.slots(), 60, "the new actor's env served")
+    drive(served, lambda: added in served.slots(), 60, "the new actor's env served")
     with pytest.raises(ValueError, match="max_actors"):
         transport.set_num_actors(MAX_ACTORS + 1)
 

@@ -119,7 +119,8 @@ class Apex(RunLifecycle):
 
     def actor_pids(self) -> dict[int, int]:
         """Process ids of the actors (index -> pid) while the run goes."""
-        return {} if self.transport is None else self.transport.actor_pids()
+        transport = self.transport  # read once: the loop's thread sets it to None when it ends
+        return {} if transport is None else transport.actor_pids()
 
     # --- the loop's steps -------------------------------------------------------------------------
 

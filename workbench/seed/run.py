@@ -180,7 +180,8 @@ class Seed(RunLifecycle):
         self.settings.update(num_actors=num_actors)
 
     def actor_pids(self) -> list[int]:
-        return [] if self.transport is None else list(self.transport.pids)
+        transport = self.transport  # read once: the loop's thread sets it to None when it ends
+        return [] if transport is None else list(transport.pids)
 
     # --- the loop's steps -------------------------------------------------------------------------
 

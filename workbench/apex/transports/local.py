@@ -212,7 +212,7 @@ class LocalTransport:
         return [index for index, process in self.actors.items() if not process.is_alive()]
 
     def actor_pids(self) -> dict[int, int]:
-        return {index: process.pid for index, process in self.actors.items()}
+        return {index: process.pid for index, process in list(self.actors.items())}
 
     # learner side
     def publish(self, state: dict[str, torch.Tensor]) -> None:

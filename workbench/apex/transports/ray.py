@@ -151,7 +151,7 @@ class RayTransport:
 
     def actor_pids(self) -> dict[int, int]:
         """Process ids of the actors (index -> pid), asked of each Ray actor."""
-        refs = {index: handle.pid.remote() for index, handle in self.actors.items()}
+        refs = {index: handle.pid.remote() for index, handle in list(self.actors.items())}
         pids = {}
         for index, ref in refs.items():
             try:
@@ -201,7 +201,7 @@ class RayTransport:
 
     def actor_nodes(self) -> dict[int, str]:
         """The node id of each actor (index -> node id), asked of each Ray actor."""
-        refs = {index: handle.node_id.remote() for index, handle in self.actors.items()}
+        refs = {index: handle.node_id.remote() for index, handle in list(self.actors.items())}
         nodes = {}
         for index, ref in refs.items():
             try:

@@ -227,10 +227,11 @@ class LocalActors:
             ) from None
         if kind == "error":
             raise RuntimeError(f"env actor {actor.index} failed to start:\n{detail}")
+        # The event first: whoever sees the actor started (set_num_actors returns) sees its event.
+        self.events.append(ActorEvent(time.time(), "started", actor.index, f"pid {detail}"))
         actor.starting = False
         with self._lock:
             self._live_slots[actor.slot_ids] = True
-        self.events.append(ActorEvent(time.time(), "started", actor.index, f"pid {detail}"))
 
     def set_num_actors(self, num_actors: int) -> None:
         """Start or retire actors so that ``num_actors`` step envs (1 .. ``max_actors``)."""
@@ -444,7 +445,8 @@ class LocalActors:
 
     @property
     def pids(self) -> list[int]:
-        return [a.process.pid for a in self._actors.values() if a.process.is_alive()]
+        # list(): the serving thread adds and removes actors while another thread reads
+        return [a.process.pid for a in list(self._actors.values()) if a.process.is_alive()]
 
     def check(self) -> None:
         """Raise the serving thread's failure, if it failed."""

@@ -447,7 +447,8 @@ class RayActors:
     @property
     def pids(self) -> list[int]:
         """Process ids of the live actors (on this machine's nodes, or a cluster's)."""
-        return [h.pid for h in self._actors.values() if h.pid is not None]
+        # list(): another thread (the run's loop) adds and removes actors while this one reads
+        return [h.pid for h in list(self._actors.values()) if h.pid is not None]
 
     def slots_of(self, index: int) -> list[int]:
         """The server slots of actor ``index``'s envs."""
@@ -456,10 +457,10 @@ class RayActors:
 
     def actor_nodes(self) -> dict[int, str]:
         """The node id of each live actor that has started (index -> node id)."""
-        return {h.index: h.node_id for h in self._actors.values() if h.node_id is not None}
+        return {h.index: h.node_id for h in list(self._actors.values()) if h.node_id is not None}
 
     def actor_handles(self) -> dict[int, Any]:
-        return {index: handle.actor for index, handle in self._actors.items()}
+        return {index: handle.actor for index, handle in list(self._actors.items())}
 
     def actor_stats(self, timeout: float = 30.0) -> dict[int, dict]:
         """Each live actor's ``RayEnvActor.stats()``."""

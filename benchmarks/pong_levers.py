@@ -14,9 +14,16 @@ best pass is kept. The ladder adds one lever at a time:
 3. + 42x42 frames and the universe-starter-agent's CNN (``models.UniverseCNN``);
 4. + 16 envs x 64 steps (the same 1,024 steps per update);
 5. + async: the next batch is collected (C++ env threads, one core) while the learner learns on
-   the other (one torch thread) = the recipe.
+   the other (one torch thread);
+6. + the learner's forward pass compiled where ``torch.compile`` measured 10% faster;
+7. + the learner's torch threads chosen by measurement (2 where the learner is much the slower
+   half: ``runs.levers``) = the recipe.
 
-Then single changes to the recipe, each measured beside it: two torch threads, the first
+Rows 6 and 7 choose per CPU, at start, as the recipe does; each row records what it chose.
+Run with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` (and a ``TORCHINDUCTOR_CACHE_DIR``
+of its own) it measures the levers as an AVX2-only CPU runs torch's kernels; the record's
+``machine.isa_caps`` says so. Then single changes to the recipe, each measured beside it: two torch
+threads always, the first
 ``ppo-pong-fast``'s network and frames (Mnih et al. 2013's small CNN on 84x84), sticky actions
 0.25. ``minutes_to_0`` / ``minutes_to_18`` project the recipe's recorded env steps to those
 returns (``data/learning_ppo_pong_fast.json``, the median over its seeds) at each row's speed:
@@ -43,26 +50,37 @@ import record  # this folder is sys.path[0] when the script runs
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-CLEANRL = {"trunk": "cnn", "screen_size": 84, "num_envs": 8, "horizon": 128, "mode": "sync"}
+CLEANRL = {
+    "trunk": "cnn",
+    "screen_size": 84,
+    "num_envs": 8,
+    "horizon": 128,
+    "mode": "sync",
+    "compile": False,
+    "threads": 1,
+}
 LADDER = [
     ("CleanRL settings (NatureCNN 84x84, float32, sync)", {**CLEANRL, "precision": None}),
     ("+ precision measured on this CPU", {**CLEANRL}),
     (
         "+ 42x42 frames, universe-starter-agent CNN",
-        {"num_envs": 8, "horizon": 128, "mode": "sync"},
+        {"num_envs": 8, "horizon": 128, "mode": "sync", "compile": False, "threads": 1},
     ),
-    ("+ 16 envs x 64 steps", {"mode": "sync"}),
-    ("+ async collection (= ppo-pong-fast)", {}),
+    ("+ 16 envs x 64 steps", {"mode": "sync", "compile": False, "threads": 1}),
+    ("+ async collection", {"compile": False, "threads": 1}),
+    ("+ compiled learner where measured faster", {"threads": 1}),
+    ("+ learner threads measured (= ppo-pong-fast)", {}),
 ]
 BESIDE = [
-    ("recipe, 2 torch threads", {"threads": 2}),
+    ("recipe, 2 torch threads always", {"threads": 2}),
     ("recipe, small CNN at 84x84 (the first settings)", {"trunk": "cnn-small", "screen_size": 84}),
     ("recipe, sticky actions 0.25", {"sticky": 0.25}),
 ]
 
 
 def variant(recipe, changes: dict):
-    """``recipe`` with ``changes`` (keys of LADDER / BESIDE) applied."""
+    """``recipe`` with ``changes`` (keys of LADDER / BESIDE) applied; ``compile`` and ``threads``
+    absent: measured at start, as the recipe does."""
     options = dict(recipe.env_options)
     if "screen_size" in changes:
         options["screen_size"] = changes["screen_size"]
@@ -75,6 +93,8 @@ def variant(recipe, changes: dict):
         num_envs=changes.get("num_envs", recipe.num_envs),
         horizon=changes.get("horizon", recipe.horizon),
         model_options=(("trunk", changes.get("trunk", dict(recipe.model_options)["trunk"])),),
+        measure_compile=recipe.measure_compile and "compile" not in changes,
+        measure_threads=recipe.measure_threads and "threads" not in changes,
     )
     if changes.get("precision", "measured") is None:
         new = dataclasses.replace(
@@ -116,7 +136,8 @@ def measure(recipe, seconds: float, threads: int, runs_dir: str) -> dict:
         "seconds": wall,
         "autocast": config.autocast,
         "channels_last": config.channels_last,
-        "threads": threads,
+        "compile": config.compile,
+        "threads": torch.get_num_threads(),  # the recipe may have chosen them (runs.levers)
     }
 
 
@@ -165,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as runs_dir:
         for _ in range(args.repeats):
             for label, changes, _ in rows:
-                threads = changes.get("threads", recipe.torch_threads or 1)
+                threads = changes.get("threads", recipe.torch_threads or 1)  # or measured
                 result = measure(variant(recipe, changes), args.seconds, threads, runs_dir)
                 measured[label].append(result)
                 print(f"  {label:<52}{result['steps_per_second']:>8,.0f} steps/s", flush=True)

@@ -25,7 +25,8 @@ channels_last alone; a whole Pong update (1024 samples, 4 epochs x 4 minibatches
 float32, 1.0 s under bfloat16 (1.6 s with 1 thread). Which wins depends on the CPU: on an Intel
 Xeon with avx512_bf16 bfloat16 bought almost nothing and channels_last 1.6x. Caveat: when other
 processes hold the cores, a bfloat16 update with 2 threads can take 10x longer than with 1.
-Neither option changes what the sampler acts with: its forward passes stay float32.
+Neither option changes what the sampler acts with: its forward passes stay float32. A third,
+``compile``, runs the update's forward pass through ``torch.compile`` (the first update compiles).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from workbench.learners.base import (
     GradientStep,
     Reduction,
     check_precision,
+    compiled,
     move_optimizer_state,
 )
 from workbench.models import ActorCritic, NatureCNN
@@ -105,6 +107,7 @@ class PolicyGradientLearner:
         self.learning_rate = self.base_learning_rate  # the rate applied at the last update
         self.num_updates = 0
         self.num_gradient_steps = 0
+        self._compiled_evaluate = None  # made at the first update when config.compile is on
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError(f"{type(self).__name__} must define make_optimizer()")
@@ -158,8 +161,14 @@ class PolicyGradientLearner:
         """``model.evaluate(obs, actions)`` under the configured autocast, its ``logp``,
         ``entropy`` and ``value`` cast to float32: the losses and their reductions are never
         computed in 16 bits. Shapes as ``ActorCritic.evaluate``."""
+        if evaluate is None:
+            evaluate = self.model.evaluate
+            if self.config.compile:
+                if self._compiled_evaluate is None:
+                    self._compiled_evaluate = compiled(self.model.evaluate)
+                evaluate = self._compiled_evaluate
         with self.config.autocast_context(self.device):
-            out = (evaluate or self.model.evaluate)(obs, actions)
+            out = evaluate(obs, actions)
         return {key: value.float() for key, value in out.items()}
 
     def forward_obs(self, obs: torch.Tensor) -> torch.Tensor:

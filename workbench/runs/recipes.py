@@ -26,11 +26,12 @@ from workbench.learners import (
     DQNConfig,
     PPOConfig,
     ReplayAgent,
-    choose_precision,
 )
 from workbench.models import ActorCritic, QNetwork
+from workbench.runs.levers import Levers, choose_levers
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
+from workbench.system import usable_cores
 
 __all__ = [
     "DQN_BASE",
@@ -134,6 +135,14 @@ class Recipe:
     measure_precision: bool = False
     """Choose the learner's ``autocast`` and ``channels_last`` by timing the recipe's model on the
     machine the run starts on (``learners.choose_precision``, about 4 s) instead of the config's."""
+    measure_compile: bool = False
+    """With ``measure_precision``: also time the chosen combination under ``torch.compile`` and
+    compile the learner's forward pass where that is ``COMPILE_GAIN`` faster (10-20 s more at
+    start; ``runs.levers``)."""
+    measure_threads: bool = False
+    """With ``measure_precision``: choose the process's torch threads, 1 or 2, from the learner's
+    measured rate against the collector's (``runs.levers.choose_threads``, about 3 s more), and set
+    them when the learner is made. For async recipes, whose collector has a core of its own."""
 
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""
@@ -148,20 +157,37 @@ class Recipe:
         model = self.make_model(observation_space.shape, action_space.n)
         config = replace(self.config)
         if self.measure_precision:
-            minibatch = self.num_envs * self.horizon // getattr(config, "num_minibatches", 1)
-            choice = choose_precision(model, observation_space.shape, minibatch)
-            config = replace(config, autocast=choice.autocast, channels_last=choice.channels_last)
-            rates = ", ".join(f"{k} {v:,.0f}" for k, v in choice.rates.items())
-            print(
-                f"{self.name}: measured {rates} samples/s; chose {choice.autocast or 'float32'}, "
-                f"channels_last={choice.channels_last}",
-                flush=True,
+            levers = self.choose_levers(model, observation_space.shape)
+            config = replace(
+                config,
+                autocast=levers.autocast,
+                channels_last=levers.channels_last,
+                compile=levers.compile,
             )
+            if self.measure_threads:
+                torch.set_num_threads(levers.torch_threads)
+            print(f"{self.name}: {levers.describe()}", flush=True)
         if self.algorithm is DQN:
             return ReplayAgent(DQN(model, config), seed=seed)
         if self.algorithm is PPO:
             return PPO(model, config, seed=seed)
         return self.algorithm(model, config)
+
+    def choose_levers(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Levers:
+        """Measure this machine for the recipe's model (``runs.levers.choose_levers``)."""
+        minibatch = self.num_envs * self.horizon // getattr(self.config, "num_minibatches", 1)
+        threads_for = None
+        if self.measure_threads:
+            samples_per_step = getattr(self.config, "num_epochs", 1)
+            threads_for = (self.env_id, dict(self.env_options), self.num_envs, samples_per_step)
+        return choose_levers(
+            model,
+            obs_shape,
+            minibatch,
+            try_compile=self.measure_compile,
+            threads_for=threads_for,
+            cores=usable_cores(),
+        )
 
     def make_run(
         self,
@@ -372,9 +398,12 @@ RECIPES: dict[str, Recipe] = {
             # policy lag of one update (notebook 04).
             mode="async",
             # bfloat16 autocast: 2.8x the float32 minibatch rate on the AMD EPYC, ~1x on an Intel
-            # Xeon without AMX, so it is measured at start (learners.choose_precision, ~4 s).
+            # Xeon without AMX, 0.1x on an AVX2-only EPYC; compiling and a second learner thread
+            # pay on some CPUs only: all measured at start (runs.levers, ~30 s).
             measure_precision=True,
-            # One learner thread: the second core belongs to the env threads.
+            measure_compile=True,
+            measure_threads=True,
+            # One learner thread unless the learner is measured the slower half: then two.
             torch_threads=1,
         ),
     )

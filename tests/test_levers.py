@@ -1,0 +1,152 @@
+"""The CPU-dependent levers a recipe chooses at start (``workbench.runs.levers``).
+
+The rates below are what each CPU measured for ``ppo-pong-fast``'s network (one minibatch step of
+256, one thread; ``data/pong_levers*.json``): on an AVX2-only CPU (torch's kernels capped with
+``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``) bfloat16 is emulated and the learner is the
+slower half of the run; on the AVX-512 bf16 EPYC the envs and the learner are about even. A
+machine is simulated by replacing the two measurements with its figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from workbench.learners import PPO, PPOConfig, choose_precision
+from workbench.learners import precision as precision_module
+from workbench.models import ActorCritic
+from workbench.rollout import Rollout
+from workbench.runs import levers as levers_module
+from workbench.runs import recipes as recipes_module
+from workbench.runs.levers import LEARNER_BOUND, choose_threads, collector_rate
+from workbench.runs.recipes import RECIPES
+
+FAST = RECIPES["ppo-pong-fast"]
+
+# samples/s of one minibatch step (label -> rate) and the collector's env steps/s, as measured
+AVX2_ONLY = (
+    {
+        "float32/contiguous": 2_349,
+        "float32/channels_last": 2_966,
+        "bfloat16/contiguous": 374,
+        "bfloat16/channels_last": 560,
+        "float32/channels_last/compiled": 3_407,
+    },
+    2_445,
+)
+AVX512_BF16 = (
+    {
+        "float32/contiguous": 2_392,
+        "float32/channels_last": 3_193,
+        "bfloat16/contiguous": 4_078,
+        "bfloat16/channels_last": 6_528,
+        "bfloat16/channels_last/compiled": 7_700,
+    },
+    2_543,
+)
+
+
+def simulate(monkeypatch, machine) -> None:
+    """This process measures ``machine``'s figures instead of its own."""
+    rates, collector = machine
+
+    def update_rate(model, obs_shape, minibatch, *, autocast, channels_last, compile=False, **_):
+        return rates[precision_module.label(autocast, channels_last, compile)]
+
+    monkeypatch.setattr(precision_module, "update_rate", update_rate)
+    monkeypatch.setattr(levers_module, "collector_rate", lambda *args, **kwargs: collector)
+    monkeypatch.setattr(recipes_module, "usable_cores", lambda: 2)
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_second_thread_goes_to_the_learner_only_where_it_bounds_the_run():
+    assert choose_threads(852, 2_445, cores=2) == 2  # AVX2-only: learner 0.35 of the collector
+    assert choose_threads(1_925, 2_543, cores=2) == 1  # bf16 EPYC: 0.76, about even
+    assert choose_threads(852, 2_445, cores=1) == 1  # no second core to give
+    assert choose_threads(LEARNER_BOUND * 1_000, 1_000, cores=2) == 1  # the bound itself: not under
+
+
+def test_on_an_avx2_only_cpu_the_pong_recipe_learns_float32_channels_last_compiled_on_two_threads(
+    monkeypatch, restore_threads
+):
+    simulate(monkeypatch, AVX2_ONLY)
+    learner = FAST.make_learner(0)
+    config = learner.config
+    assert (config.autocast, config.channels_last, config.compile) == (None, True, True)
+    assert torch.get_num_threads() == 2
+
+
+def test_on_the_bf16_epyc_the_pong_recipe_learns_bfloat16_compiled_on_one_thread(
+    monkeypatch, restore_threads
+):
+    simulate(monkeypatch, AVX512_BF16)
+    torch.set_num_threads(2)
+    learner = FAST.make_learner(0)
+    config = learner.config
+    assert (config.autocast, config.channels_last, config.compile) == ("bfloat16", True, True)
+    assert torch.get_num_threads() == 1
+
+
+def test_a_recipe_that_does_not_measure_threads_leaves_them_alone(monkeypatch, restore_threads):
+    simulate(monkeypatch, AVX2_ONLY)
+    torch.set_num_threads(1)
+    dataclasses.replace(FAST, measure_threads=False).make_learner(0)
+    assert torch.get_num_threads() == 1
+
+
+def test_compiling_is_kept_only_when_it_measures_faster(monkeypatch):
+    rates = dict(AVX512_BF16[0])
+    rates["bfloat16/channels_last/compiled"] = 1.05 * rates["bfloat16/channels_last"]
+    simulate(monkeypatch, (rates, 0))
+    model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")
+    assert not choose_precision(model, (4, 42, 42), 256, try_compile=True).compile
+    rates["bfloat16/channels_last/compiled"] = 1.2 * rates["bfloat16/channels_last"]
+    choice = choose_precision(model, (4, 42, 42), 256, try_compile=True)
+    assert choice.compile and choice.rate == rates["bfloat16/channels_last/compiled"]
+
+
+def test_the_collector_rate_is_a_positive_rate_of_real_pong_steps():
+    model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")
+    options = {"screen_size": 42, "repeat_action_probability": 0.0}
+    rate = collector_rate("ALE/Pong-v5", options, 2, model, seconds=0.2)
+    assert 10 < rate < 1e6
+
+
+def test_a_compiled_update_computes_what_the_eager_one_does(restore_threads):
+    """torch.compile changes the speed of PPO's forward pass, not what one update computes."""
+    torch.set_num_threads(1)
+    T, B = 4, 2
+    generator = torch.Generator().manual_seed(0)
+    rollout = Rollout(
+        obs=torch.randn(T, B, 4, generator=generator),
+        actions=torch.randint(0, 2, (T, B), generator=generator),
+        rewards=torch.randn(T, B, generator=generator),
+        terminated=torch.zeros(T, B, dtype=torch.bool),
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        truncation_values=torch.zeros(T, B),
+        next_obs=torch.randn(B, 4, generator=generator),
+        policy_outputs={
+            "logp": torch.full((T, B), -0.7),
+            "value": torch.zeros(T, B),
+        },
+    )
+    updated = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        model = ActorCritic((4,), 2)
+        ppo = PPO(model, PPOConfig(num_epochs=1, num_minibatches=1, compile=compile), seed=0)
+        metrics = ppo.update(rollout)
+        updated.append((metrics, [p.detach().clone() for p in model.parameters()]))
+    (eager_metrics, eager), (compiled_metrics, fused) = updated
+    assert compiled_metrics["losses/policy"] == pytest.approx(
+        eager_metrics["losses/policy"], abs=1e-5
+    )
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(eager, fused))

@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -109,7 +110,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where to write the JSON results (default data/learning.json for the default "
         "recipes, else data/learning_<recipes>.json, so a Pong run keeps the CartPole file)",
     )
+    parser.add_argument(
+        "--max-env-steps",
+        type=int,
+        default=None,
+        help="stop each run at this many env steps (counted from 0, a resumed run's included), "
+        "sooner than its recipe's budget, which still sets its learning rate's annealing",
+    )
+    parser.add_argument(
+        "--resume-from",
+        default=None,
+        help="continue this checkpoint of the recipe's run (one recipe), once per seed: the "
+        "seed picks the envs' seeds",
+    )
+    parser.add_argument(
+        "--keep-checkpoint",
+        default=None,
+        help="copy each run's final checkpoint here ({seed} in the path is replaced)",
+    )
     args = parser.parse_args(argv)
+    if args.resume_from is not None and len(args.recipes or []) != 1:
+        parser.error("--resume-from continues one recipe's checkpoint: name that recipe alone.")
     if args.recipes is None:
         args.recipes = default_recipes()
     if args.out is None:
@@ -251,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                     max_seconds=args.max_seconds,
                     on_update=curve,
                     stop_at_target=not args.train_through,
+                    **({} if args.max_env_steps is None else {"max_env_steps": args.max_env_steps}),
+                    **({} if args.resume_from is None else {"resume_from": args.resume_from}),
                 )
             except KeyboardInterrupt:
                 interrupted = True
@@ -270,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             run = result["run"] if result else None
+            if run is not None and args.keep_checkpoint:
+                kept = args.keep_checkpoint.replace("{seed}", str(seed))
+                os.makedirs(os.path.dirname(os.path.abspath(kept)), exist_ok=True)
+                shutil.copyfile(run.checkpoint_path, kept)
+                print(f"kept {run.checkpoint_path} as {kept}", flush=True)
             learner_config = getattr(getattr(run, "learner", None), "config", None)
             entry["runs"].append(
                 {
@@ -281,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
                         else None
                     ),
                     "run_dir": str(run.dir) if run is not None else None,
+                    "resumed_from": args.resume_from,
+                    "kept_checkpoint": (
+                        args.keep_checkpoint.replace("{seed}", str(seed))
+                        if args.keep_checkpoint
+                        else None
+                    ),
+                    "torch_threads": torch.get_num_threads(),  # the recipe's, or its measured
                     "steps_to_target": steps,
                     "seconds_to_target": curve.seconds_to(recipe.target_return),
                     "seconds_to_zero": curve.seconds_to(0.0),

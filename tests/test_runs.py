@@ -759,3 +759,20 @@ def test_a_run_switches_to_two_gloo_learners_and_back_keeping_its_state(tmp_path
         not torch.equal(a, b) for a, b in zip(snapshots["group"], run.algo.model.parameters())
     )
     assert len(iteration_rows(run)) == 6
+
+
+def test_a_recipe_continues_a_checkpoint_of_its_run_at_another_seed(tmp_path):
+    """``Recipe.make_run(resume_from=...)``: the learner, counters and recent returns of the
+    checkpoint, under a metrics file of its own; the seed picks the continuation's envs."""
+    from workbench.runs.recipes import RECIPES
+
+    recipe = RECIPES["ppo-cartpole"]
+    first = recipe.make_run(0, runs_dir=tmp_path, name="first")
+    first.run(env_steps=2_048)
+    resumed = recipe.make_run(1, runs_dir=tmp_path, name="second", resume_from=first.dir)
+    assert (resumed.env_steps, resumed.updates) == (first.env_steps, first.updates)
+    same = zip(resumed.algo.model.parameters(), first.algo.model.parameters())
+    assert all(torch.equal(a, b) for a, b in same)
+    resumed.run(env_steps=first.env_steps + 512)
+    assert resumed.env_steps >= first.env_steps + 512 and resumed.updates > first.updates
+    assert resumed.metrics_path != first.metrics_path and resumed.config.seed == 1

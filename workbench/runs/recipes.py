@@ -11,6 +11,7 @@ cycle (``make_run(seed)``), and ``run_recipe`` runs it against the recipe's budg
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +30,7 @@ from workbench.learners import (
 )
 from workbench.models import ActorCritic, QNetwork
 from workbench.runs.levers import Levers, choose_levers
+from workbench.runs.records import load_checkpoint_file
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
 from workbench.system import usable_cores
@@ -52,6 +54,8 @@ def run_recipe(
     on_update: Callable[[dict[str, Any]], None] | None = None,
     runs_dir: str | None = None,
     stop_at_target: bool = True,
+    max_env_steps: int | None = None,
+    resume_from: "str | os.PathLike | None" = None,
 ) -> dict[str, Any]:
     """Run ``recipe.make_run(seed)`` until its target, its env-step budget or ``max_seconds``
     (with ``stop_at_target=False`` it trains on past the target, to the budget or the time limit:
@@ -62,9 +66,12 @@ def run_recipe(
     ``"stop"`` when it was stopped or interrupted), ``curve``
     (one point per row: ``env_steps``, ``mean_return`` (the target metric), ``episodes``,
     ``seconds``, ``updates``), ``final_return`` and the ``run`` itself. ``on_update`` gets each
-    point as it comes (an interrupted hour keeps what it learned).
+    point as it comes (an interrupted hour keeps what it learned). ``max_env_steps`` stops it
+    sooner than the budget (whose length still sets the learning rate's annealing);
+    ``resume_from`` continues a checkpoint of the recipe's run (``Recipe.make_run``).
     """
-    run = recipe.make_run(seed, runs_dir=runs_dir)
+    resuming = {} if resume_from is None else {"resume_from": resume_from}
+    run = recipe.make_run(seed, runs_dir=runs_dir, **resuming)
     curve: list[dict[str, Any]] = []
     reached: list[int] = []
 
@@ -87,7 +94,8 @@ def run_recipe(
 
     run.on_row(point)
     target = recipe.target_return if stop_at_target else None
-    run.run(env_steps=recipe.total_steps, seconds=max_seconds, target_return=target)
+    steps = recipe.total_steps if max_env_steps is None else min(max_env_steps, recipe.total_steps)
+    run.run(env_steps=steps, seconds=max_seconds, target_return=target)
     stopped = {"target": "target", "seconds": "time", "env_steps": "budget"}.get(
         run.ended_by, run.ended_by or "budget"
     )
@@ -197,11 +205,14 @@ class Recipe:
         name: str | None = None,
         learner: Any = None,
         env_seed: int | None = None,
+        resume_from: "str | os.PathLike | None" = None,
     ) -> Run:
         """A ``Run`` of the recipe at ``seed`` (not started); ``learner`` (default: a fresh one,
         ``make_learner(seed)``) and ``env_seed`` (default: ``seed``) let replicas of a
         data-parallel group share a learner seed and step different envs
-        (``runs.distributed``)."""
+        (``runs.distributed``). ``resume_from``: a checkpoint of this recipe's run to continue
+        (learner, counters, recent returns; the levers are this machine's, the envs and the
+        sampling seeded by ``seed``), under a name and metrics file of its own."""
         learner = learner if learner is not None else self.make_learner(seed)
         batch = self.num_envs * self.horizon
         minibatches = getattr(self.config, "num_minibatches", 1)
@@ -219,7 +230,7 @@ class Recipe:
             **({} if runs_dir is None else {"runs_dir": runs_dir}),
         )
         options = {"env_options": dict(self.env_options)} if self.env_options else {}
-        return Run(
+        run = Run(
             self.env_id,
             learner,
             sampler=self.sampler,
@@ -227,6 +238,12 @@ class Recipe:
             config=config,
             sampler_options=options,
         )
+        if resume_from is not None:
+            run.load_checkpoint(load_checkpoint_file(resume_from), str(resume_from))
+            # The checkpoint's RNG states would make every seed's continuation sample the same
+            # actions: the seed picks this continuation's randomness, as it picks its envs.
+            torch.manual_seed(seed)
+        return run
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:
         """``run_recipe(self, seed, ...)``."""

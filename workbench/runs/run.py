@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -75,6 +76,8 @@ class RunConfig:
     """Print one line every this many iterations; 0: silent (metrics are recorded either way)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.runs_dir, os.PathLike):  # a str in checkpoints (torch.load's allowlist)
+            object.__setattr__(self, "runs_dir", os.fspath(self.runs_dir))
         for name in ("total_steps", "checkpoint_every", "log_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -229,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     solved = runs = 0
     interrupted = False
+    resumed_at = None
+    if args.resume_from is not None:
+        from workbench.runs.records import load_checkpoint_file
+
+        resumed_at = int(load_checkpoint_file(args.resume_from)["env_steps"])
     for name in args.recipes:
         recipe = RECIPES[name]
         atari = is_atari(recipe.env_id)
@@ -310,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     "run_dir": str(run.dir) if run is not None else None,
                     "resumed_from": args.resume_from,
+                    "resumed_at_env_steps": resumed_at,
                     "kept_checkpoint": (
                         args.keep_checkpoint.replace("{seed}", str(seed))
                         if args.keep_checkpoint

@@ -776,3 +776,19 @@ def test_a_recipe_continues_a_checkpoint_of_its_run_at_another_seed(tmp_path):
     resumed.run(env_steps=first.env_steps + 512)
     assert resumed.env_steps >= first.env_steps + 512 and resumed.updates > first.updates
     assert resumed.metrics_path != first.metrics_path and resumed.config.seed == 1
+
+
+def test_limits_replaced_while_the_run_goes_end_it_and_are_recorded(tmp_path):
+    from workbench.lab.curves import wait_for_row
+    from workbench.runs.recipes import RECIPES
+
+    run = RECIPES["ppo-cartpole"].make_run(0, runs_dir=tmp_path)
+    run.start(env_steps=10_000_000)
+    try:
+        wait_for_row(run, lambda row: "event" not in row, timeout=60)
+        run.update_limits(env_steps=run.env_steps + 1_024)
+        assert run.wait(timeout=60) == "finished", run.status
+    finally:
+        run.stop()
+    assert run.ended_by == "env_steps"
+    assert [e["env_steps"] for e in run.events if e["event"] == "limits"] == [run.limits.env_steps]

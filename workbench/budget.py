@@ -97,12 +97,22 @@ class Budget:
     """Games of random play, the score notebook 09's agents must beat."""
     pong_eval_games: int
     """Games the recorded ``ppo-pong-fast`` agent plays again in notebook 09 (10 in ``data/``)."""
-    atari_live_target: float
-    """The return notebook 09's live ``ppo-pong-fast`` run must reach: ``ci``, a margin over random
-    play's -20.5 that every recorded seed reached within ``atari_live_steps`` (Pong shows nothing
-    for its first ~500k steps, then climbs fast); ``full``, the recipe's 18."""
-    atari_live_steps: int
-    """Env-step limit of that live run (it stops at the target)."""
+    atari_live_from: str | None
+    """``ci``: the ``data/`` checkpoint notebook 09's live ``ppo-pong-fast`` run continues (500k
+    env steps into a recorded run, still at random play: Pong shows nothing for its first ~500k
+    steps, then climbs fast), its claim sized to the machine (``lab.pong_studies.live_claim``);
+    ``full``: None, the run starts from scratch."""
+    atari_live_seconds: float | None
+    """``ci``: the wall seconds that live run's env steps are sized to, at the speed its first
+    ``atari_live_measure_seconds`` measured (a slow CPU runs fewer steps for a lower claim, never
+    fewer than the claim needs). ``full``: None (the target and step limit below)."""
+    atari_live_measure_seconds: float
+    """Seconds of the live run's start that measure this machine's env steps per second."""
+    atari_live_target: float | None
+    """``full``: the return the from-scratch live run must reach, the recipe's 18 (``ci``: None,
+    the claim comes from the recorded continuations)."""
+    atari_live_steps: int | None
+    """``full``: env-step limit of that live run (it stops at the target); ``ci``: None."""
     scale_out_target: float
     """Return SEED V-trace on CartPole must reach on notebook 10's simulated cluster."""
     scale_out_seconds: float
@@ -158,8 +168,11 @@ _BUDGETS = {
         seed_live_seconds=40.0,
         pong_random_games=16,
         pong_eval_games=2,
-        atari_live_target=-18.0,
-        atari_live_steps=1_000_000,
+        atari_live_from="ppo_pong_fast_500k.pt",
+        atari_live_seconds=180.0,
+        atari_live_measure_seconds=30.0,
+        atari_live_target=None,
+        atari_live_steps=None,
         scale_out_target=200.0,
         scale_out_seconds=150.0,
         scale_out_nodes=(1, 2),
@@ -208,6 +221,9 @@ _BUDGETS = {
         seed_live_seconds=600.0,
         pong_random_games=32,
         pong_eval_games=10,
+        atari_live_from=None,
+        atari_live_seconds=None,
+        atari_live_measure_seconds=30.0,
         atari_live_target=18.0,
         atari_live_steps=4_000_000,
         scale_out_target=475.0,

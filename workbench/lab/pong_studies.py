@@ -4,21 +4,41 @@
 curves; ``wall_time_figure`` draws return against wall minutes, a colour per recipe and a line per
 seed; ``levers_figure`` draws ``benchmarks/pong_levers.py``'s table: the speed each lever bought
 and the minutes to a return of 0 and of 18 that speed gives.
+
+``live_claim`` sizes the ci budget's live run to the machine: it continues a recorded checkpoint
+(``data/ppo_pong_fast_500k.pt``, 500k env steps into seed 0's run, still at random play), and the
+return it must reach within N more env steps is what every recorded continuation of that
+checkpoint had reached by then (``data/learning_ppo_pong_fast_from_500k.json``), less a margin; N
+is what this machine runs in the cell's wall budget at the speed its first seconds measured
+(``steps_per_second_after``), but never fewer than the recorded continuations needed to climb
+``least_gain`` points: on a slow CPU the claim keeps its meaning and the cell takes longer.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.lab.curves import LearningCurve
+from workbench.lab.curves import LearningCurve, wait_for_row
+from workbench.runs import RunLifecycle
 
-__all__ = ["first_crossing", "levers_figure", "load_json", "recorded_curves", "wall_time_figure"]
+__all__ = [
+    "LiveClaim",
+    "first_crossing",
+    "levers_figure",
+    "live_claim",
+    "load_json",
+    "recorded_curves",
+    "steps_per_second_after",
+    "wall_time_figure",
+]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -153,3 +173,122 @@ def levers_figure(levers: dict[str, Any], *, title: str | None = None) -> go.Fig
         margin=dict(l=320, r=20, t=60, b=40),
     )
     return figure
+
+
+@dataclass(frozen=True)
+class LiveClaim:
+    """What a continuation of a recorded checkpoint must show, sized to this machine: from
+    ``start`` env steps, a mean return of the last 20 games of at least ``target`` within
+    ``env_steps`` more."""
+
+    start: int
+    env_steps: int
+    target: float
+    start_return: float
+    """The best first return of the recorded continuations (the checkpoint's level)."""
+    least_steps: int
+    """Env steps after which every recorded continuation had climbed ``least_gain``."""
+    steps_per_second: float
+    wall_seconds: float
+
+    @property
+    def limit(self) -> int:
+        """The run's env-step limit (its counter continues the checkpoint's)."""
+        return self.start + self.env_steps
+
+    def describe(self) -> str:
+        afford = self.steps_per_second * self.wall_seconds
+        sized = (
+            f"{self.wall_seconds:.0f} s at {self.steps_per_second:,.0f} env steps/s afford "
+            f"{afford:,.0f}"
+        )
+        if afford < self.least_steps:
+            sized += f", fewer than the {self.least_steps:,} the claim needs: it runs those"
+        return (
+            f"from the checkpoint at {self.start:,} env steps (return {self.start_return:+.1f}): "
+            f"reach {self.target:+.1f} within {self.env_steps:,} more ({sized})"
+        )
+
+
+def reached_by(run: dict[str, Any], env_steps: int) -> float | None:
+    """The best mean return a recorded run's curve reached by ``env_steps`` (None before its
+    first 20 games ended)."""
+    values = [
+        p["mean_return"]
+        for p in run["curve"]
+        if p["env_steps"] <= env_steps and p["mean_return"] is not None
+    ]
+    return max(values) if values else None
+
+
+def live_claim(
+    continuations: dict[str, Any],
+    *,
+    steps_per_second: float,
+    wall_seconds: float,
+    margin: float = 1.0,
+    least_gain: float = 2.0,
+    grid: int = 8_192,
+) -> LiveClaim:
+    """The claim for a continuation of the checkpoint that ``continuations`` (a
+    ``benchmarks/learning.py --resume-from`` record, one recipe) continued at several seeds.
+
+    N = this machine's ``steps_per_second * wall_seconds`` (a multiple of ``grid``), at least the
+    ``least_steps`` by which every recorded continuation climbed ``least_gain`` points above the
+    checkpoint's level and at most the shortest recorded continuation; the target is the least
+    best return the recorded continuations reached within N, minus ``margin``."""
+    (recipe,) = continuations["recipes"].values()
+    runs = recipe["runs"]
+    starts = {run.get("resumed_at_env_steps") for run in runs}
+    if len(starts) != 1 or None in starts:
+        raise ValueError(
+            "the record's runs must continue one checkpoint (benchmarks/learning.py "
+            f"--resume-from): resumed_at_env_steps {sorted(starts, key=str)}"
+        )
+    (start,) = starts
+    first = [
+        next(p["mean_return"] for p in run["curve"] if p["mean_return"] is not None) for run in runs
+    ]
+    start_return = max(first)
+    longest = min(run["curve"][-1]["env_steps"] for run in runs) - start
+
+    def target_at(steps: int) -> float:
+        reached = [reached_by(run, start + steps) for run in runs]
+        return -math.inf if None in reached else min(reached) - margin
+
+    least = next(
+        (n for n in range(grid, longest + 1, grid) if target_at(n) >= start_return + least_gain),
+        None,
+    )
+    if least is None:
+        raise ValueError(
+            f"no recorded continuation climbed {least_gain} points within {longest:,} env steps; "
+            "record longer ones"
+        )
+    afford = int(steps_per_second * wall_seconds) // grid * grid
+    steps = max(least, min(afford, longest // grid * grid))
+    return LiveClaim(
+        start=start,
+        env_steps=steps,
+        target=target_at(steps),
+        start_return=start_return,
+        least_steps=least,
+        steps_per_second=steps_per_second,
+        wall_seconds=wall_seconds,
+    )
+
+
+def steps_per_second_after(run: RunLifecycle, seconds: float, *, timeout: float = 600.0) -> float:
+    """The env steps/s of a run that goes, measured over its rows from its first (start-up and the
+    first update left out) until ``seconds`` later: its machine's speed, measured at start."""
+    first = wait_for_row(run, lambda row: "event" not in row, timeout=timeout)
+    last = wait_for_row(
+        run,
+        lambda row: (
+            "event" not in row
+            and row["charts/wall_seconds"] >= first["charts/wall_seconds"] + seconds
+        ),
+        timeout=timeout,
+    )
+    steps = last["charts/env_steps"] - first["charts/env_steps"]
+    return steps / max(last["charts/wall_seconds"] - first["charts/wall_seconds"], 1e-9)

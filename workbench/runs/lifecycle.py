@@ -174,6 +174,12 @@ class RunLifecycle:
         self._thread.start()
         return self
 
+    def update_limits(self, **limits: Any) -> None:
+        """Replace some of the limits while the run goes: the loop checks them at its next row.
+        Recorded as a ``limits`` event (e.g. a budget chosen from the run's first minute)."""
+        self.limits = self.limits.replace(**limits)
+        self.event("limits", **limits)
+
     def run(self, **limits: Any) -> "RunLifecycle":
         """Run the loop in this thread until it ends (scripts, tests). In the main thread, Ctrl-C
         stops it cleanly at the end of the step (a second Ctrl-C stops it at once). In a notebook

@@ -1,0 +1,68 @@
+"""Notebook 09's live ci run, sized to the machine (``lab.pong_studies.live_claim``).
+
+A record of continuations holds runs that resumed one checkpoint; the claim for N more env steps
+is the least best return they reached within N, less the margin. These records are made up: each
+continuation climbs linearly from the checkpoint's level, at its own pace.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.lab.pong_studies import live_claim, reached_by
+
+START = 500_000
+
+
+def continuation(seed: int, climb_per_100k: float, until: int = 400_000) -> dict:
+    """A run resumed at START at return -20, rising ``climb_per_100k`` per 100k env steps."""
+    curve = [{"env_steps": START + 1_024, "mean_return": None}]
+    for steps in range(16_384, until + 1, 16_384):
+        curve.append(
+            {"env_steps": START + steps, "mean_return": -20.0 + climb_per_100k * steps / 100_000}
+        )
+    return {"seed": seed, "resumed_at_env_steps": START, "curve": curve}
+
+
+RECORD = {
+    "recipes": {
+        "ppo-pong-fast": {
+            "runs": [continuation(0, 4.0), continuation(1, 2.0), continuation(2, 3.0)]
+        }
+    }
+}
+
+
+def test_the_claim_is_the_slowest_continuations_return_by_then_less_the_margin():
+    claim = live_claim(RECORD, steps_per_second=1_000, wall_seconds=200, margin=1.0, grid=16_384)
+    assert claim.env_steps == 196_608  # 200k afforded, on the grid
+    slowest = reached_by(RECORD["recipes"]["ppo-pong-fast"]["runs"][1], START + claim.env_steps)
+    assert claim.target == pytest.approx(slowest - 1.0)
+    assert claim.limit == START + claim.env_steps
+
+
+def test_a_slow_machine_runs_the_steps_the_claim_needs_not_fewer():
+    claim = live_claim(RECORD, steps_per_second=100, wall_seconds=200, least_gain=2.0, grid=16_384)
+    # the checkpoint's level is the best first point (-19.34, the fastest's); the slowest climbs
+    # 2 per 100k, so with the margin of 1 it clears 2 points above that after 183k: 196,608 on
+    # the grid, though only 20k are afforded
+    assert claim.env_steps == claim.least_steps == 196_608
+    assert claim.target >= claim.start_return + 2.0
+    assert "fewer than" in claim.describe()
+
+
+def test_a_fast_machine_is_held_to_the_recorded_steps():
+    claim = live_claim(RECORD, steps_per_second=1e6, wall_seconds=200, grid=16_384)
+    assert claim.env_steps == 393_216  # the shortest continuation, on the grid
+
+
+def test_continuations_of_different_checkpoints_are_refused():
+    runs = [continuation(0, 4.0), {**continuation(1, 2.0), "resumed_at_env_steps": 1}]
+    with pytest.raises(ValueError, match="one checkpoint"):
+        live_claim({"recipes": {"x": {"runs": runs}}}, steps_per_second=1, wall_seconds=1)
+
+
+def test_continuations_that_never_climbed_give_no_claim():
+    flat = {"recipes": {"x": {"runs": [continuation(0, 0.0)]}}}
+    with pytest.raises(ValueError, match="climbed"):
+        live_claim(flat, steps_per_second=1_000, wall_seconds=200)

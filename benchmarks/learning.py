@@ -16,7 +16,11 @@ return of the last 20 episodes and wall seconds, a point every ``--curve-every``
 the last one), plus how far it got (``stopped``: target, budget, time or interrupted). Exits 1 if
 any run missed its target. Later algorithms (the DQN family, Ape-X, SEED learners) join by adding
 a recipe (Ape-X runs: ``workbench.apex.APEX_RECIPES``; SEED runs: ``workbench.seed.SEED_RECIPES``).
-Every kind runs through ``recipe.run(seed, max_seconds=, on_update=)``
+A checkpoint at a stage of learning, and runs that continue it: ``--target R --keep-checkpoint
+PATH`` stops at a return of R and keeps the run's checkpoint; ``--resume-from PATH`` continues it
+once per seed (the seed picks the envs and the sampling; ``resumed_at_env_steps`` says where), with
+``--max-env-steps`` and ``--train-through`` for a fixed length (notebook 09's ci run is sized from
+such a record). Every kind runs through ``recipe.run(seed, max_seconds=, on_update=)``
 (``runs.recipes.run_recipe``), its run writing its metrics under ``$WORKBENCH_RUNS_DIR`` (else
 ``runs/``).
 """
@@ -122,6 +126,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="continue this checkpoint of the recipe's run (one recipe), once per seed: the "
         "seed picks the envs' seeds",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="stop each run where its return reaches this instead of its recipe's target (a "
+        "checkpoint at a stage of learning: with --keep-checkpoint)",
     )
     parser.add_argument(
         "--keep-checkpoint",
@@ -236,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         resumed_at = int(load_checkpoint_file(args.resume_from)["env_steps"])
     for name in args.recipes:
         recipe = RECIPES[name]
+        if args.target is not None:
+            recipe = dataclasses.replace(recipe, target_return=args.target)
         atari = is_atari(recipe.env_id)
         env_options = dict(getattr(recipe, "env_options", ()))
         frameskip = env_options.get("frameskip", AtariOptions.frameskip) if atari else 1

@@ -98,10 +98,12 @@ class Budget:
     pong_eval_games: int
     """Games the recorded ``ppo-pong-fast`` agent plays again in notebook 09 (10 in ``data/``)."""
     atari_live_from: str | None
-    """``ci``: the ``data/`` checkpoint notebook 09's live ``ppo-pong-fast`` run continues (500k
-    env steps into a recorded run, still at random play: Pong shows nothing for its first ~500k
-    steps, then climbs fast), its claim sized to the machine (``lab.pong_studies.live_claim``);
-    ``full``: None, the run starts from scratch."""
+    """``ci``: the ``data/`` checkpoint notebook 09's live ``ppo-pong-fast`` run continues: a
+    recorded run where its return first reached -18, the foot of Pong's climb (the first ~500k env
+    steps show nothing, and from there the recorded continuations needed ~390k more to climb 2
+    points, too many for a slow CPU); its claim is sized to the machine from the record of its
+    continuations (``lab.pong_studies.live_claim``). ``full``: None, the run starts from
+    scratch."""
     atari_live_seconds: float | None
     """``ci``: the wall seconds that live run's env steps are sized to, at the speed its first
     ``atari_live_measure_seconds`` measured (a slow CPU runs fewer steps for a lower claim, never
@@ -168,7 +170,7 @@ _BUDGETS = {
         seed_live_seconds=40.0,
         pong_random_games=16,
         pong_eval_games=2,
-        atari_live_from="ppo_pong_fast_500k.pt",
+        atari_live_from="ppo_pong_fast_climb.pt",
         atari_live_seconds=180.0,
         atari_live_measure_seconds=30.0,
         atari_live_target=None,

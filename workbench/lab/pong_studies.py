@@ -6,12 +6,13 @@ seed; ``levers_figure`` draws ``benchmarks/pong_levers.py``'s table: the speed e
 and the minutes to a return of 0 and of 18 that speed gives.
 
 ``live_claim`` sizes the ci budget's live run to the machine: it continues a recorded checkpoint
-(``data/ppo_pong_fast_500k.pt``, 500k env steps into seed 0's run, still at random play), and the
-return it must reach within N more env steps is what every recorded continuation of that
-checkpoint had reached by then (``data/learning_ppo_pong_fast_from_500k.json``), less a margin; N
-is what this machine runs in the cell's wall budget at the speed its first seconds measured
-(``steps_per_second_after``), but never fewer than the recorded continuations needed to climb
-``least_gain`` points: on a slow CPU the claim keeps its meaning and the cell takes longer.
+(``data/ppo_pong_fast_climb.pt``: seed 0's run where its return first reached -18, the foot of
+Pong's climb), and the return it must reach within N more env steps is what every recorded
+continuation of that checkpoint had reached by then
+(``data/learning_ppo_pong_fast_from_climb.json``), less a margin. N is what this machine runs in
+the cell's wall budget at the speed its first seconds measured (``steps_per_second_after``), but
+never fewer than the recorded continuations needed to climb ``least_gain`` points: on a slow CPU
+the claim keeps its meaning and the cell takes longer.
 """
 
 from __future__ import annotations

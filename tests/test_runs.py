@@ -792,3 +792,18 @@ def test_limits_replaced_while_the_run_goes_end_it_and_are_recorded(tmp_path):
         run.stop()
     assert run.ended_by == "env_steps"
     assert [e["env_steps"] for e in run.events if e["event"] == "limits"] == [run.limits.env_steps]
+
+
+def test_the_learning_rate_anneals_over_the_planned_budget_whatever_limit_ends_the_run(tmp_path):
+    """CleanRL anneals over ``total_timesteps``: a run stopped sooner has trained as the start of
+    the planned one (a run stopped at 500k of 4M must not have annealed to zero)."""
+    from workbench.runs.recipes import RECIPES
+
+    recipe = RECIPES["ppo-cartpole"]
+    assert recipe.config.anneal_lr is False  # the recipe's own setting; annealed here
+    annealed = replace(recipe, config=replace(recipe.config, anneal_lr=True))
+    run = annealed.make_run(0, runs_dir=tmp_path)
+    run.run(env_steps=2_048)
+    planned = run.config.total_steps
+    assert run.algo.progress == pytest.approx(run.algo.num_updates * 256 / planned, rel=0.2)
+    assert run.algo.progress < 0.05 and run.algo.learning_rate > 0.95 * recipe.config.learning_rate

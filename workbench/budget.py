@@ -99,11 +99,10 @@ class Budget:
     """Games the recorded ``ppo-pong-fast`` agent plays again in notebook 09 (10 in ``data/``)."""
     atari_live_from: str | None
     """``ci``: the ``data/`` checkpoint notebook 09's live ``ppo-pong-fast`` run continues: a
-    recorded run where its return first reached -18, the foot of Pong's climb (the first ~500k env
-    steps show nothing, and from there the recorded continuations needed ~390k more to climb 2
-    points, too many for a slow CPU); its claim is sized to the machine from the record of its
-    continuations (``lab.pong_studies.live_claim``). ``full``: None, the run starts from
-    scratch."""
+    recorded run stopped where its return first reached -18, the foot of Pong's climb (its first
+    ~500k env steps show nothing); its claim is sized to the machine from the record of that
+    checkpoint's continuations (``lab.pong_studies.live_claim``). ``full``: None, the run starts
+    from scratch."""
     atari_live_seconds: float | None
     """``ci``: the wall seconds that live run's env steps are sized to, at the speed its first
     ``atari_live_measure_seconds`` measured (a slow CPU runs fewer steps for a lower claim, never

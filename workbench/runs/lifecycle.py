@@ -148,11 +148,6 @@ class RunLifecycle:
         """What the kind's header line says of it (config, env, algorithm)."""
         return {}
 
-    def progress(self) -> float:
-        """Fraction of the run done (schedules anneal over it): env steps over the env-step
-        limit."""
-        return self.env_steps / self.limits.env_steps if self.limits.env_steps else 0.0
-
     # --- life cycle -------------------------------------------------------------------------------
 
     @property

@@ -56,7 +56,8 @@ class RunConfig:
 
     total_steps: int = 100_000
     """Environment steps after which the run finishes (its ``env_steps`` limit, which ``start``
-    may override); schedules (learning-rate annealing, epsilon) follow the fraction done."""
+    may override); schedules (learning-rate annealing, epsilon) follow the fraction of these done,
+    whatever limit ends the run."""
     mode: Literal["sync", "async"] = "sync"
     """``"sync"``: collect, then learn on that batch. ``"async"``: a collector thread collects the
     next batch while the learner optimises this one (Stooke & Abbeel 2018, Sec. 3.3); batches are
@@ -281,6 +282,16 @@ class Run(RunLifecycle):
             self._collector = AsyncCollector(self.sampler, self.algo.model, self.iteration)
         else:
             self._collector = SyncCollector(self.sampler)
+
+    def progress(self) -> float:
+        """Fraction of the planned run done, over which schedules anneal (the learning rate,
+        DQN's epsilon): env steps over ``config.total_steps``. A limit given to ``start`` or
+        changed while the run goes ends it sooner or later and leaves the schedule alone (CleanRL
+        anneals over its ``total_timesteps`` whatever stops the run): a run stopped at 500k env
+        steps of a 4M budget has trained as the first 500k steps of the 4M run."""
+        return (
+            min(self.env_steps / self.config.total_steps, 1.0) if self.config.total_steps else 0.0
+        )
 
     def step(self) -> dict[str, Any] | None:
         if callable(getattr(self.algo, "set_progress", None)):

@@ -35,6 +35,19 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
 
 
+def pytest_report_header(config):
+    """Which CPU ran the suite: its timings and the levers recipes choose depend on it."""
+    from workbench.system import machine_info
+
+    m = machine_info()
+    flags = " ".join(m.cpu_flags) or "none of note"
+    caps = f", caps {' '.join(m.isa_caps)}" if m.isa_caps else ""
+    return (
+        f"machine: {m.cpu_model}, {m.cores} cores, {m.memory_gib} GiB; CPU flags: {flags}; "
+        f"torch {m.torch} kernels: {m.torch_cpu_capability}{caps}"
+    )
+
+
 def pytest_sessionstart(session):
     """Python's own SIGINT handler, whatever the launcher left: a shell that starts the suite in the
     background (``cmd &``) hands it SIGINT ignored, and the Ctrl-C tests need the handler a kernel

@@ -66,3 +66,19 @@ def test_continuations_that_never_climbed_give_no_claim():
     flat = {"recipes": {"x": {"runs": [continuation(0, 0.0)]}}}
     with pytest.raises(ValueError, match="climbed"):
         live_claim(flat, steps_per_second=1_000, wall_seconds=200)
+
+
+def test_the_recorded_continuations_give_the_claims_notebook_09_quotes():
+    """Notebook 09's answer 3 quotes these, read from the record its ci run is sized from."""
+    import json
+    from pathlib import Path
+
+    record = json.loads(
+        (Path(__file__).parents[1] / "data/learning_ppo_pong_fast_from_climb.json").read_text()
+    )
+    slow = live_claim(record, steps_per_second=500, wall_seconds=180)
+    assert (slow.env_steps, slow.least_steps, slow.start_return) == (163_840, 163_840, -18.0)
+    assert slow.target == pytest.approx(-15.95)
+    fast = live_claim(record, steps_per_second=1_400, wall_seconds=180)
+    assert (fast.env_steps, round(fast.target, 2)) == (245_760, -12.8)
+    assert live_claim(record, steps_per_second=1e6, wall_seconds=180).env_steps == 294_912

@@ -5,8 +5,10 @@
 Tests that read a run's events, metrics or processes while the run changes them must wait for the
 state they assert; a race shows only on some passes, and more often on a busy or slow machine
 (an AVX2-only CPU found one). This runs the Ray, SEED, Ape-X and orphan test modules (``--tests``)
-``--times`` times in a row, each pass a fresh pytest process, with ``--load-cores`` busy loops
-pinned one per core (a competing job at normal priority) for the whole time. It prints each pass
+``--times`` times in a row (``--without-learning``: less the learning claims, marked ``learns``,
+which take minutes each and are bounded by env steps or updates, not by time), each pass a fresh
+pytest process, with ``--load-cores`` busy loops pinned one per core (a competing job at normal
+priority) for the whole time. It prints each pass
 (passed, failed, seconds, the failing tests), writes ``--out`` (JSON: command, commit, machine,
 date, every pass) and ends with ``ratios: pass_rate=<clean passes / times>``; it exits 1 if any
 pass failed. The load processes end with it (``finally``; they also die with their parent).
@@ -48,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--load-cores", type=int, default=1, help="busy loops, one per core (default 1)"
     )
     parser.add_argument("--tests", nargs="+", default=TESTS, help="test files or ids")
+    parser.add_argument(
+        "--without-learning",
+        action="store_true",
+        help="leave out the learning claims (pytest -m 'not learns'): a return reached within env "
+        "steps or updates, a minute or more each, bounded by steps rather than time",
+    )
     parser.add_argument("--out", default="data/test_repeats.json")
     args = parser.parse_args(argv)
     if args.times < 1 or args.load_cores < 0:
@@ -65,13 +73,15 @@ def busy_loop(core: int) -> None:
         pass
 
 
-def one_pass(tests: list[str]) -> dict:
+def one_pass(tests: list[str], without_learning: bool = False) -> dict:
     """One pytest process over ``tests``: counts, seconds and the failing test ids."""
+    select = ["-m", "not learns"] if without_learning else []
     with tempfile.TemporaryDirectory() as folder:
         report = os.path.join(folder, "junit.xml")
         started = time.perf_counter()
         completed = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", report]
+            + select
             + tests,
             cwd=record.ROOT,
             capture_output=True,
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = [cores[i % len(cores)] for i in range(len(load))]
         print(f"{len(load)} busy loop(s) on core(s) {loaded}", flush=True)
         for number in range(1, args.times + 1):
-            result = one_pass(args.tests)
+            result = one_pass(args.tests, args.without_learning)
             passes.append(result)
             print(
                 f"pass {number:>2}: {result['passed']} passed, {result['failed']} failed, "
@@ -129,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     clean = sum(1 for p in passes if p["exit_code"] == 0 and not p["failed"])
     print(f"clean passes: {clean}/{len(passes)}")
     recording.finish(
-        {"tests": args.tests, "load_cores": args.load_cores, "clean": clean, "passes": passes},
+        {
+            "tests": args.tests,
+            "without_learning": args.without_learning,
+            "load_cores": args.load_cores,
+            "clean": clean,
+            "passes": passes,
+        },
         {"pass_rate": clean / max(len(passes), 1)},
         args.out,
     )

@@ -367,6 +367,7 @@ def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thre
 
 
 @pytest.mark.slow
+@pytest.mark.learns
 def test_apex_dqn_with_four_actors_solves_cartpole():
     # The recipe: 4 actors, 16 to 32 samples trained per transition (so the updates per env step
     # do not depend on this machine's speed: the 200k env steps hold at least 50k updates). Stated:
@@ -387,6 +388,7 @@ def test_apex_dqn_with_four_actors_solves_cartpole():
 
 
 @pytest.mark.slow
+@pytest.mark.learns
 def test_apex_dpg_solves_pendulum_within_20k_env_steps():
     # Ape-X DPG (Horgan et al. 2018, Sec. 3.2): the same actors and replay with a 3-step DDPG
     # learner; actors explore with Gaussian noise from 0.5 to 0.05 half-ranges. The learner keeps

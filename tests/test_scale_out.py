@@ -70,6 +70,7 @@ def assert_no_ray_actor_left(seconds: float = 20.0) -> None:
     assert ray_actor_pids(*ROLES) == [], "a stopped SEED run left Ray actors behind"
 
 
+@pytest.mark.learns
 def test_vtrace_reaches_475_on_cartpole_with_actors_on_both_nodes(two_nodes, tmp_path):
     run = Seed(VTRACE_ON_RAY, runs_dir=tmp_path)
     placed = record_placement(run)

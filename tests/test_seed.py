@@ -242,6 +242,7 @@ def test_actors_are_added_while_a_seed_run_goes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.learns
 def test_vtrace_learns_cartpole_through_the_central_server():
     """The issue's claim: 4 env-only actors, the IMPALA learner, mean return >= 475 within 300k
     steps."""

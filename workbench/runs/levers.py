@@ -3,19 +3,21 @@
 The same ``ppo-pong-fast`` recipe ran at about 1,550 env steps/s on the AMD EPYC with AVX-512
 bfloat16 that most records come from and at 530 on an AMD EPYC with AVX2 only, where bfloat16 is
 emulated (ten times slower than float32) and the learner, not the envs, bounds the run. What buys
-speed differs between the two, so nothing here is fixed for one CPU (``data/pong_levers.json`` and
-``data/pong_levers_avx2.json`` measured each lever end to end on both):
+speed differs between the two, so nothing here is fixed for one CPU (``benchmarks/pong_levers.py``
+measures each lever end to end; run it with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``
+to see an AVX2-only CPU's kernels on any machine):
 
 * **precision, memory layout and compiling** (``learners.choose_precision``): the fastest of
   float32 and bfloat16 autocast, contiguous and channels-last, for one minibatch step of the
   recipe's own network; then that step under ``torch.compile``, kept when it is 10% faster;
 * **the learner's torch threads**: an async run collects on one core while the learner learns on
   the other, so one thread each is right while the learner keeps up (on the bf16 EPYC a second
-  thread made the run 0.7-0.8x as fast). Where the learner is much the slower half, its second
-  thread uses the time the collector leaves idle (AVX2-only under ``ATEN_CPU_CAPABILITY=avx2``:
-  1.25-1.3x end to end). The halves are measured, not guessed: the learner's samples/s divided by
-  the times each sample is trained (its epochs), against the collector's env steps/s (the envs on
-  one thread and the policy's forward pass at the batch they make, one after the other).
+  thread made the run 0.69-0.92x as fast in 30 s runs). Where the learner is much the slower
+  half, its second thread uses the time the collector leaves idle (under the AVX2 cap the recipe
+  went from 638 to 915 env steps/s with compiling and the second thread together). The halves
+  are measured, not guessed: the learner's samples/s divided by the times each sample is trained
+  (its epochs), against the collector's env steps/s (the envs on one thread and the policy's
+  forward pass at the batch they make, one after the other).
 """
 
 from __future__ import annotations

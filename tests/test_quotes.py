@@ -1,0 +1,139 @@
+"""A number the course's text quotes is checked against the stored output or record it names
+(``workbench.lab.quotes``; docs/quoting.md): the words cannot drift from the run they describe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from workbench.lab.quotes import QuoteError, check_notebook, quotes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code(text: str, tag: str) -> dict:
+    return nbformat.v4.new_code_cell(
+        "print(...)",
+        metadata={"tags": [tag]},
+        outputs=[nbformat.v4.new_output("stream", name="stdout", text=text)],
+    )
+
+
+def markdown(text: str) -> dict:
+    return nbformat.v4.new_markdown_cell(text)
+
+
+TABLE = code(
+    "actors   SEED ms  MB   IMPALA ms  MB\n"
+    "     4   0.67   48   1.05   273\n"
+    "    16   0.65   48   1.53   273\n",
+    "costs",
+)
+
+
+def test_a_quote_equal_at_its_precision_holds():
+    cells = [TABLE, markdown('IMPALA-style actors need 1.5<!--out:costs "16" #3--> ms a step.')]
+    assert check_notebook(cells, ROOT / "data") == []  # 1.53 is 1.5 at one decimal
+
+
+def test_a_quote_off_by_more_than_its_precision_fails():
+    cells = [TABLE, markdown('SEED needs 0.5<!--out:costs "16"--> ms a step.')]
+    assert check_notebook(cells, ROOT / "data") == ['cell 1: 0.5 (=) but out:costs "16" gives 0.65']
+
+
+def test_the_nth_number_after_the_label_is_read():
+    cells = [TABLE, markdown('IMPALA-style actors take 273 MB<!--out:costs "    4" #4--> each.')]
+    assert check_notebook(cells, ROOT / "data") == []
+
+
+def test_about_allows_the_percentage_it_names():
+    cells = [
+        TABLE,
+        markdown('about 50 MB<!--out:costs "16" #2 ~3%--> and 260 MB<!--out:costs "16" #4 ~10%-->'),
+    ]
+    assert check_notebook(cells, ROOT / "data") == [
+        'cell 1: 50 (~3%) but out:costs "16" #2 gives 48'
+    ]
+
+
+def test_an_inequality_compares_the_value_with_the_quote():
+    cells = [
+        TABLE,
+        markdown(
+            'never above 1.6 ms<!--out:costs "16" #3 <-->, at least 1 ms<!--out:costs "16" #3 >=-->'
+        ),
+    ]
+    assert check_notebook(cells, ROOT / "data") == []
+
+
+def test_without_a_label_any_printed_number_may_match():
+    cells = [TABLE, markdown("a mean of 1.05<!--out:costs--> ms")]
+    assert check_notebook(cells, ROOT / "data") == []
+
+
+def test_a_real_record_is_read_across_lines():
+    text = (
+        "seed 0 reached 18 after 1,583,104 env steps<!--data:learning_ppo_pong_fast.json\n"
+        "recipes.ppo-pong-fast.runs[seed=0].steps_to_target-->"
+    )
+    assert check_notebook([markdown(text)], ROOT / "data") == []
+
+
+def test_a_record_is_read_by_keys_indices_and_row_filters(tmp_path):
+    (tmp_path / "study.json").write_text(
+        json.dumps({"rows": [{"actors": 4, "mb": 48.2}, {"actors": 16, "mb": 47.9}]})
+    )
+    text = (
+        "48 MB<!--data:study.json rows[actors=16].mb--> and 48.2<!--data:study.json rows[0].mb-->"
+    )
+    assert check_notebook([markdown(text)], tmp_path) == []
+    assert quotes([markdown(text)])[0].spec == "study.json rows[actors=16].mb"
+
+
+@pytest.mark.parametrize(
+    "text, fix",
+    [
+        ("4<!--out:nowhere-->", "tag the one"),
+        ('4<!--out:costs "no such label"-->', "no output line"),
+        ('4<!--out:costs "16" #9-->', "not 9"),
+        ("4<!--data:missing.json rows[0]-->", "name a file in data/"),
+        ("4<!--data:learning.json no.such.key-->", "has no number at"),
+    ],
+)
+def test_a_reference_to_nothing_names_the_fix(text, fix):
+    with pytest.raises(QuoteError, match=fix):
+        check_notebook([TABLE, markdown(text)], ROOT / "data")
+
+
+def stored(name: str) -> list:
+    return nbformat.read(ROOT / "notebooks" / name, as_version=4).cells
+
+
+def test_it_catches_notebook_07s_old_memory_figures_against_its_stored_outputs():
+    """07 once said "about 40 MB against 320 MB" beside outputs and a record of 48 and 273."""
+    cells = stored("07_seed_central_inference.ipynb")
+    old = markdown(
+        'env-only actors (about 40 MB<!--out:costs "16" #2 ~10%--> each); IMPALA-style actors'
+        ' (about 320 MB<!--out:costs "16" #5 ~10%--> each)'
+    )
+    index = len(cells)
+    assert check_notebook(cells + [old], ROOT / "data") == [
+        f'cell {index}: 40 (~10%) but out:costs "16" #2 gives 48',
+        f'cell {index}: 320 (~10%) but out:costs "16" #5 gives 273',
+    ]
+
+
+def test_it_catches_notebook_03s_answer_that_the_largest_batch_never_reaches_475():
+    """03's worked answer expected ``steps_to(475)`` to be None; the stored full run reached 500."""
+    cells = stored("03_a2c_ppo_large_batch.ipynb")
+    study = next(
+        i for i, c in enumerate(cells) if c.source.startswith("ppo_curves = batch_size_study")
+    )
+    cells[study].metadata["tags"] = ["batches"]
+    answer = markdown('The 512 x 32 run never reaches 475<!--out:batches "16384: return" <-->.')
+    assert check_notebook(cells + [answer], ROOT / "data") == [
+        f'cell {len(cells)}: 475 (<) but out:batches "16384: return" gives 500'
+    ]

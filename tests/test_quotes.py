@@ -82,6 +82,17 @@ def test_a_real_record_is_read_across_lines():
     assert check_notebook([markdown(text)], ROOT / "data") == []
 
 
+def test_a_divisor_scales_the_value_to_the_quotes_unit(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"transitions": 1_481_142}))
+    text = (
+        "1.48M<!--data:run.json transitions /1e6--> and"
+        " 1,481k<!--data:run.json transitions /1000 <-->"
+    )
+    assert check_notebook([markdown(text)], tmp_path) == [
+        "cell 0: 1,481 (<) but data:run.json transitions gives 1481.14"
+    ]
+
+
 def test_a_record_is_read_by_keys_indices_and_row_filters(tmp_path):
     (tmp_path / "study.json").write_text(
         json.dumps({"rows": [{"actors": 4, "mb": 48.2}, {"actors": 16, "mb": 47.9}]})

@@ -16,8 +16,9 @@ they describe (``docs/quoting.md`` says how an author writes them):
 Without a label the quote must equal some number the cell printed. ``data:FILE PATH`` reads a JSON
 record in ``data/``: dotted keys, ``[i]`` an index, ``[key=value]`` the first row that matches.
 
-The quote must equal the value at the quote's precision (2.3 stands for 2.25 to 2.35), unless a
-comparison follows: ``~P%`` (within P percent: "about"), or ``<``, ``<=``, ``>``, ``>=`` (the
+A divisor after the path scales the value to the quote's unit (``/1e6`` for "1.48M"). The quote
+must equal the value at the quote's precision (2.3 stands for 2.25 to 2.35), unless a comparison
+follows: ``~P%`` (within P percent: "about"), or ``<``, ``<=``, ``>``, ``>=`` (the
 value against the quote: "never reaches 475" is ``max <`` 475).
 """
 
@@ -37,6 +38,7 @@ REFERENCE = re.compile(
     r"<!--\s*(?P<kind>out|data):(?P<spec>[^>]*?)-->"
 )
 COMPARISON = re.compile(r"\s+(?P<op>~\d+(?:\.\d+)?%|<=|>=|<|>)\s*$")
+SCALE = re.compile(r"\s+/(?P<divisor>\d+(?:\.\d+)?(?:e\d+)?)$")
 
 
 class QuoteError(ValueError):
@@ -50,8 +52,9 @@ class Quote:
     cell: int
     text: str  # the number as the reader sees it, e.g. "1,547,264"
     kind: str  # "out" or "data"
-    spec: str  # what follows "out:" or "data:", the comparison removed
+    spec: str  # what follows "out:" or "data:", the comparison and scale removed
     op: str  # "=" or "~P%" or "<", "<=", ">", ">="
+    divisor: float = 1.0  # "/1e6": the text quotes millions
 
     @property
     def value(self) -> float:
@@ -78,7 +81,12 @@ def quotes(cells: list[Any]) -> list[Quote]:
             if comparison:
                 op = comparison["op"]
                 spec = (" " + spec)[: comparison.start()].strip()
-            found.append(Quote(index, match["number"], match["kind"], spec, op))
+            divisor = 1.0
+            scale = SCALE.search(" " + spec)
+            if scale:
+                divisor = float(scale["divisor"])
+                spec = (" " + spec)[: scale.start()].strip()
+            found.append(Quote(index, match["number"], match["kind"], spec, op, divisor))
     return found
 
 
@@ -163,7 +171,7 @@ def check_notebook(cells: list[Any], data_dir: Path) -> list[str]:
     """Every referenced number that its stored output or record does not support, as a message."""
     wrong = []
     for quote in quotes(cells):
-        values = resolve(quote, cells, data_dir)
+        values = [value / quote.divisor for value in resolve(quote, cells, data_dir)]
         if not any(holds(quote, value) for value in values):
             shown = ", ".join(f"{v:g}" for v in values[:8]) + (" ..." if len(values) > 8 else "")
             source = f"{quote.kind}:{quote.spec}"

@@ -148,3 +148,11 @@ def test_it_catches_notebook_03s_answer_that_the_largest_batch_never_reaches_475
     assert check_notebook(cells + [answer], ROOT / "data") == [
         f'cell {len(cells)}: 475 (<) but out:batches "16384: return" gives 500'
     ]
+
+
+def test_digits_inside_a_word_are_not_numbers():
+    cells = [
+        code("ratio 0.61   SEED p99 2.2 ms\n", "latency"),
+        markdown('2.2 ms<!--out:latency "ratio" #2-->'),
+    ]
+    assert check_notebook(cells, ROOT / "data") == []  # p99's 99 is a name, not a value

@@ -32,7 +32,7 @@ from typing import Any
 
 __all__ = ["Quote", "QuoteError", "check_notebook", "quotes", "resolve"]
 
-NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?")  # not the 99 of "p99"
 REFERENCE = re.compile(
     r"(?P<number>[-+−]?\d[\d,]*(?:\.\d+)?)[^<\d\n]{0,24}?"  # the figure, then its unit
     r"<!--\s*(?P<kind>out|data):(?P<spec>[^>]*?)-->"

@@ -156,3 +156,11 @@ def test_digits_inside_a_word_are_not_numbers():
         markdown('2.2 ms<!--out:latency "ratio" #2-->'),
     ]
     assert check_notebook(cells, ROOT / "data") == []  # p99's 99 is a name, not a value
+
+
+def test_an_exponent_is_part_of_its_number():
+    cells = [
+        code("   64  1.00e-03    500\n", "table"),
+        markdown('lr 0.001<!--out:table "   64"--> and 500<!--out:table "   64" #2-->'),
+    ]
+    assert check_notebook(cells, ROOT / "data") == []  # 1.00e-03 is one number, not 1.00 and 03

@@ -32,7 +32,8 @@ from typing import Any
 
 __all__ = ["Quote", "QuoteError", "check_notebook", "quotes", "resolve"]
 
-NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?")  # not the 99 of "p99"
+# "1.00e-03" is one number; the 99 of "p99" is none.
+NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 REFERENCE = re.compile(
     r"(?P<number>[-+−]?\d[\d,]*(?:\.\d+)?)[^<\d\n]{0,24}?"  # the figure, then its unit
     r"<!--\s*(?P<kind>out|data):(?P<spec>[^>]*?)-->"

@@ -14,7 +14,7 @@ they describe (``docs/quoting.md`` says how an author writes them):
 ``out:TAG`` reads the text outputs of the code cell whose metadata ``tags`` hold ``TAG``;
 ``"label"`` picks the first output line holding it and the first number after it (``#N``: the N-th).
 Without a label the quote must equal some number the cell printed. ``data:FILE PATH`` reads a JSON
-record in ``data/``: dotted keys, ``[i]`` an index, ``[key=value]`` the first row that matches.
+record in ``data/``: dotted keys, ``[i]`` an index, ``[key=value,...]`` the first row that matches.
 
 A divisor after the path scales the value to the quote's unit (``/1e6`` for "1.48M"). The quote
 must equal the value at the quote's precision (2.3 stands for 2.25 to 2.35), unless a comparison
@@ -109,8 +109,10 @@ def walk(record: Any, path: str) -> Any:
         if key:
             value = value[key]
         if selector and "=" in selector:
-            field, wanted = selector.split("=", 1)
-            value = next(row for row in value if str(row.get(field)) == wanted)
+            wanted = dict(pair.split("=", 1) for pair in selector.split(","))
+            value = next(
+                row for row in value if all(str(row.get(k)) == v for k, v in wanted.items())
+            )
         elif selector:
             value = value[int(selector)]
     return value

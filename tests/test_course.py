@@ -109,3 +109,33 @@ def test_every_referenced_number_holds_for_the_stored_run(path):
     """A number the text quotes with a reference (docs/quoting.md) is true of the stored output or
     the record it names (workbench.lab.quotes; tests/test_quotes.py shows it failing)."""
     assert check_notebook(cells(path), ROOT / "data") == []
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\((?P<path>[^)\s]+)\)")
+DIAGRAMS = {  # each system's architecture, drawn where the course first builds it
+    "02_batched_sampler": "samplers.svg",
+    "06_ape_x": "apex.svg",
+    "07_seed_central_inference": "seed_vs_impala.svg",
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_image_the_text_shows_is_in_the_repository(path):
+    """GitHub and JupyterLab both show a relative image; a missing file shows as a broken link."""
+    linked = [
+        m["path"]
+        for c in cells(path)
+        if c.cell_type == "markdown"
+        for m in IMAGE.finditer(c.source)
+    ]
+    assert [p for p in linked if not (path.parent / p).is_file()] == []
+
+
+@pytest.mark.parametrize("stem, figure", sorted(DIAGRAMS.items()))
+def test_each_systems_architecture_is_drawn_where_it_is_first_built(stem, figure):
+    import xml.etree.ElementTree as ElementTree
+
+    opening = cells(ROOT / "notebooks" / f"{stem}.ipynb")[0].source
+    assert f"../docs/figures/{figure}" in opening
+    svg = ElementTree.parse(ROOT / "docs" / "figures" / figure).getroot()
+    assert svg.tag.endswith("svg") and svg.find("{http://www.w3.org/2000/svg}title").text

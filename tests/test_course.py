@@ -168,3 +168,29 @@ def test_apex_algorithms_1_and_2_name_code_that_exists():
         else:
             missing.append(name)  # not even its package imports
     assert missing == []
+
+
+def term_patterns(term: str) -> list[re.Pattern]:
+    """How a glossary term shows in a notebook: either side of 'a / b', '_' or '-' as a space, a
+    plural; not inside a longer name."""
+    patterns = []
+    for part in term.split(" / "):
+        spellings = {part, part.replace("_", " "), part.replace("-", " "), part.replace("z", "s")}
+        if part.endswith("y"):
+            spellings.add(part[:-1] + "ies")
+        words = "|".join(re.escape(s) for s in sorted(spellings))
+        patterns.append(re.compile(rf"(?<![\w.])({words})(s|es)?(?!\w)", re.IGNORECASE))
+    return patterns
+
+
+def terms_used(notebook_cells: list) -> list[str]:
+    """The glossary's terms a notebook's text or code uses, in the glossary's order."""
+    text = "\n".join(cell.source for cell in notebook_cells[:-1])
+    return [t for t in GLOSSARY if any(p.search(text) for p in term_patterns(t))]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_s_glossary_lists_exactly_the_terms_it_uses(path):
+    """A reader looks a term up at the end of the notebook that uses it, and finds no padding."""
+    notebook_cells = cells(path)
+    assert list(entries(notebook_cells[-1].source)) == terms_used(notebook_cells)

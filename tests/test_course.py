@@ -66,7 +66,8 @@ def test_every_glossary_entry_is_the_course_glossary_s_own(path):
 # Calls that take more than a few seconds at the ci budget: a study, a live run's wait, a sweep.
 LONG_CALLS = re.compile(
     r"\b(\w+_study|memory_matters|return_over_time|apex_throughput|latency_sweep|learner_scaling"
-    r"|throughput_over_nodes|measure_vector_env)\(|\.wait\(|wait_for_row\("
+    r"|throughput_over_nodes|measure_vector_env|measure_sampler|measure_inference|naive_loop"
+    r"|sync_vs_async|simulated_cluster|communicate)\(|\.wait\(|wait_for_row\("
 )
 
 

@@ -183,6 +183,48 @@ def test_replay_server_stores_blocks_with_the_actors_priorities():
     np.testing.assert_allclose(server.replay._priorities[:3], p, rtol=1e-6)
 
 
+def test_without_initial_priorities_new_transitions_enter_at_the_largest_priority_seen(
+    one_thread,
+):
+    # The ablation of Horgan et al.'s actor-side priorities: Schaul et al. 2016's default instead.
+    actor = ApexActor(cartpole_config(initial_priorities=False), index=0, exploration=0.3)
+    block = actor.collect()
+    actor.close()
+    assert len(block["priorities"]) > 0 and np.isnan(block["priorities"]).all()
+    server = ReplayServer(cartpole_config(replay_capacity=100, learning_starts=64))
+    server.add_block(_block(0, 3, [1.0, 2.0, 4.0]))
+    server.add_block(_block(1, 2, [np.nan, np.nan], start=3.0))
+    p = (np.array([1.0, 2.0, 4.0, 4.0, 4.0]) + server.replay.eps) ** server.config.priority_alpha
+    np.testing.assert_allclose(server.replay._priorities[:5], p, rtol=1e-6)
+
+
+def test_an_annealed_schedule_gives_every_actor_one_epsilon_falling_with_all_their_steps():
+    config = cartpole_config(
+        num_actors=4, exploration_schedule="annealed", anneal_env_steps=10_000, block_steps=25
+    )
+    assert config.explorations(4) == [1.0] * 4  # not the ladder
+    assert [config.annealed_epsilon(s) for s in (0, 5_000, 10_000, 50_000)] == pytest.approx(
+        [1.0, 0.505, 0.01, 0.01]
+    )
+    actor = ApexActor(config, index=2, exploration=1.0)
+    actor.collect()
+    block = actor.collect()  # its 25 steps so far stand for 100 of the four actors'
+    actor.close()
+    assert block["exploration"] == pytest.approx(config.annealed_epsilon(100))
+
+
+@pytest.mark.parametrize(
+    "changes, fix",
+    [
+        (dict(exploration_schedule="cosine"), "'ladder' or 'annealed'"),
+        (dict(exploration_schedule="annealed", algo="ddpg", env_id="Pendulum-v1"), "use 'ladder'"),
+    ],
+)
+def test_an_unknown_or_misplaced_exploration_schedule_names_the_fix(changes, fix):
+    with pytest.raises(ValueError, match=fix):
+        ApexConfig(**{**dict(env_id="CartPole-v1"), **changes})
+
+
 def test_replay_server_waits_for_learning_starts():
     server = ReplayServer(cartpole_config(replay_capacity=1000, learning_starts=100))
     server.add_block(_block(0, 99, np.ones(99)))

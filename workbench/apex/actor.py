@@ -51,6 +51,8 @@ class ApexActor:
     def collect(self) -> dict[str, Any]:
         """One block: the transitions, their priorities, and what the actor saw."""
         steps, num_envs = self.config.block_steps, self.config.envs_per_actor
+        if self.config.exploration_schedule == "annealed":  # every actor steps at about one pace
+            self.exploration = self.config.annealed_epsilon(self.env_steps * self.config.num_actors)
         obs, actions, rewards, terminated, truncated, returns = [], [], [], [], [], []
         exploration = torch.full((num_envs,), self.exploration)
         for _ in range(steps):
@@ -87,11 +89,13 @@ class ApexActor:
             block.update(self.frame_block(rollout))
         else:
             transitions = self.nstep.add(rollout)
-            priorities = (
-                self.agent.initial_priorities(transitions)
-                if len(transitions["actions"])
-                else torch.zeros(0)
-            )
+            count = len(transitions["actions"])
+            if not self.config.initial_priorities:  # NaN: the replay's largest priority so far
+                priorities = torch.full((count,), float("nan"))
+            elif count:
+                priorities = self.agent.initial_priorities(transitions)
+            else:
+                priorities = torch.zeros(0)
             # numpy, not tensors, cross to the replay: torch's shared-memory handover fetches a
             # file descriptor per tensor through a socket, which costs more than copying a block.
             block["transitions"] = {key: value.numpy() for key, value in transitions.items()}
@@ -108,7 +112,7 @@ class ApexActor:
         )  # this block only
         transitions = nstep.add(rollout)
         priorities = np.full(tuple(rollout.rewards.shape), np.nan, dtype=np.float32)
-        if len(transitions["actions"]):
+        if len(transitions["actions"]) and self.config.initial_priorities:
             priorities[nstep.kept.numpy()] = self.agent.initial_priorities(transitions).numpy()
         num_envs = self.config.envs_per_actor
         steps = {

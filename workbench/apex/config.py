@@ -85,6 +85,18 @@ class ApexConfig:
     asynchronous runner throttles its sampler the same way)."""
     exploration_base: float = 0.4
     exploration_alpha: float = 7.0
+    exploration_schedule: str = "ladder"
+    """``"ladder"``: each actor its own fixed epsilon, ``actor_epsilons`` (the paper's).
+    ``"annealed"``: every actor the same epsilon, annealed linearly from ``annealed_start`` to
+    ``annealed_end`` over ``anneal_env_steps`` env steps of all actors together, as single-process
+    DQN explores (the comparison of notebook 06; DQN only)."""
+    annealed_start: float = 1.0
+    annealed_end: float = 0.01
+    anneal_env_steps: int = 20_000
+    initial_priorities: bool = True
+    """Each actor computes its new transitions' priorities with its copy of the network (Horgan et
+    al. 2018, Sec. 3). False: new transitions enter at the largest priority seen so far, the
+    default of prioritized replay (Schaul et al. 2016), which Ape-X's actors replace."""
     seed: int = 0
     learner_threads: int = 1
     """torch threads of the learner (each actor uses one)."""
@@ -108,8 +120,19 @@ class ApexConfig:
             "replay_capacity",
             "learning_starts",
             "learner_threads",
+            "anneal_env_steps",
         ):
             check_count(getattr(self, name), f"ApexConfig.{name}")
+        if self.exploration_schedule not in ("ladder", "annealed"):
+            raise ValueError(
+                f"ApexConfig.exploration_schedule must be 'ladder' or 'annealed', got "
+                f"{self.exploration_schedule!r}"
+            )
+        if self.exploration_schedule == "annealed" and self.algo != "dqn":
+            raise ValueError(
+                "ApexConfig.exploration_schedule='annealed' anneals an epsilon, which only Ape-X "
+                "DQN has; Ape-X DPG's actors use 'ladder' noise scales."
+            )
         if self.num_actors > self.max_actors:
             raise ValueError(
                 f"ApexConfig.num_actors={self.num_actors} > max_actors={self.max_actors}; "
@@ -143,13 +166,20 @@ class ApexConfig:
         rebuilding stacks and n-step windows by index (7 KB per step against 56 KB)."""
         return is_atari(self.env_id)
 
+    def annealed_epsilon(self, env_steps: int) -> float:
+        """The ``"annealed"`` schedule's epsilon after ``env_steps`` env steps of all actors."""
+        done = min(1.0, env_steps / self.anneal_env_steps)
+        return self.annealed_start + (self.annealed_end - self.annealed_start) * done
+
     @property
     def parameter_sync_steps(self) -> int:
         """Agent steps per env between parameter refreshes."""
         return max(1, self.parameter_sync_frames // self.frame_skip)
 
     def explorations(self, num_actors: int) -> list[float]:
-        """Each actor's exploration: epsilons (DQN) or noise scales (DPG)."""
+        """Each actor's exploration at the start: epsilons (DQN) or noise scales (DPG)."""
+        if self.exploration_schedule == "annealed":
+            return [self.annealed_start] * num_actors
         if self.algo == "dqn":
             return actor_epsilons(num_actors, self.exploration_base, self.exploration_alpha)
         return actor_noise_scales(num_actors)

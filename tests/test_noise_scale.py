@@ -1,0 +1,53 @@
+"""The gradient noise scale (McCandlish et al. 2018, App. A.1) from gradient norms at two batch
+sizes (``workbench.lab.noise_scale``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench.lab.noise_scale import noise_estimate, ppo_gradient, ppo_noise_scale
+from workbench.runs.recipes import RECIPES
+from workbench.sampling import make_sampler
+
+
+def test_the_two_batch_estimates_recover_a_known_gradient_and_noise():
+    # Per-sample gradients g_i ~ N(mu, sigma^2 I) in D dims: |G|^2 = |mu|^2, tr(S) = D sigma^2.
+    generator = torch.Generator().manual_seed(0)
+    mu, sigma, dims = torch.full((10,), 0.5), 2.0, 10
+    estimates = []
+    for _ in range(200):
+        samples = mu + sigma * torch.randn(4096, dims, generator=generator)
+        estimates.append(noise_estimate(lambda idx, g=samples: g[idx].mean(0), 4096, 64, generator))
+    gradient_sq = sum(e.gradient_sq for e in estimates) / len(estimates)
+    trace = sum(e.trace for e in estimates) / len(estimates)
+    assert gradient_sq == pytest.approx(float(mu.square().sum()), rel=0.1)  # 2.5
+    assert trace == pytest.approx(dims * sigma**2, rel=0.1)  # 40
+    assert trace / gradient_sq == pytest.approx(16.0, rel=0.15)  # B_simple
+
+
+def test_a_small_batch_that_leaves_one_chunk_names_the_fix():
+    with pytest.raises(ValueError, match="half the batch"):
+        noise_estimate(lambda idx: torch.zeros(1), 100, 60)
+
+
+def test_the_ppo_gradient_is_the_gradient_of_a_mean_over_samples(one_thread):
+    # A mean's gradient over two equal halves is the average of the halves' gradients.
+    learner = RECIPES["ppo-cartpole"].make_learner(0)
+    with make_sampler("serial", "CartPole-v1", num_envs=4, horizon=16, seed=0) as sampler:
+        rollout = sampler.collect(learner.model)
+    gradient, count = ppo_gradient(learner, rollout)
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(0))
+    whole, first, second = gradient(order), gradient(order[:32]), gradient(order[32:])
+    assert count == 64 and whole.abs().sum() > 0
+    torch.testing.assert_close(whole, (first + second) / 2, rtol=1e-4, atol=1e-6)
+
+
+def test_a_ppo_run_gives_an_estimate_per_rollout_and_a_positive_noise_scale(one_thread, tmp_path):
+    recipe = RECIPES["ppo-cartpole"]
+    trace = ppo_noise_scale(
+        recipe, total_steps=4 * recipe.num_envs * recipe.horizon, small=32, runs_dir=str(tmp_path)
+    )
+    assert [p["update"] for p in trace.points] == [0, 1, 2, 3]
+    assert all(p["trace"] > 0 for p in trace.points)  # the per-sample gradients do vary
+    assert 0 < trace.noise_scale() < float("inf")

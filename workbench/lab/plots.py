@@ -10,11 +10,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 __all__ = [
     "STAGE_COLORS",
     "learning_curves",
+    "size_colors",
     "frame_and_stack",
     "throughput_vs",
     "throughput_bars",
@@ -143,7 +145,9 @@ def throughput_vs(
             annotation_text=f"{tp.label}: {tp.steps_per_second:,.0f}/s",
             annotation_position="top left",
         )
-    fig.update_xaxes(title=x_title, type="log" if log_x else "linear")
+    # On a log axis plotly labels its own minor ticks (8 9 1 2 3 ...); label the sizes measured.
+    ticks = sorted(set(xs) | set(fig.layout.xaxis.tickvals or ())) if log_x else None
+    fig.update_xaxes(title=x_title, type="log" if log_x else "linear", tickvals=ticks)
     fig.update_yaxes(title=y_title, rangemode="tozero")
     fig.update_layout(title=title, height=400, hovermode="closest")
     return fig
@@ -266,8 +270,12 @@ def stage_breakdown(throughputs: Sequence, *, title: str | None = None) -> go.Fi
     return fig
 
 
-#: A sequential palette for curves ordered by size (small batch: light; large: dark).
-SIZE_COLORS = ("#9ecae1", "#4292c6", "#2171b5", "#08519c", "#08306b", "#041c3f")
+def size_colors(count: int) -> list[str]:
+    """One color per curve ordered by size, each told apart from its neighbours: Viridis sampled
+    evenly (small: purple; large: yellow), so seven batch sizes get seven colors."""
+    if count <= 1:
+        return ["#1f77b4"] * count
+    return sample_colorscale("Viridis", [0.9 * i / (count - 1) for i in range(count)])
 
 
 def learning_curves(
@@ -284,8 +292,7 @@ def learning_curves(
         subplot_titles=("against env steps", "against wall time"),
         horizontal_spacing=0.08,
     )
-    for index, curve in enumerate(curves):
-        color = SIZE_COLORS[min(index, len(SIZE_COLORS) - 1)] if len(curves) > 1 else "#1f77b4"
+    for curve, color in zip(curves, size_colors(len(curves))):
         for col, xs in ((1, curve.env_steps), (2, curve.wall_seconds)):
             fig.add_trace(
                 go.Scatter(

@@ -103,15 +103,25 @@ def latency_figure(
     recorded: Sequence[dict[str, Any]] = (),
     title: str | None = None,
 ) -> go.Figure:
-    """p50 and p99 request latency, and env steps/s, against ``max_batch_size``: a colour per
-    timeout; ``recorded`` rows (another run, e.g. the full budget's) dotted beside them."""
+    """Request latency and env steps/s against ``max_batch_size``, a colour per timeout: each
+    point is the p50 latency with a bar up to the p99. This run on the top row; ``recorded`` rows
+    (another run, e.g. the full budget's) on a row of their own, so no axis holds more than one
+    line per timeout."""
+    sources = [("this run", rows)] + ([("recorded", recorded)] if recorded else [])
     figure = make_subplots(
-        rows=1,
+        rows=len(sources),
         cols=2,
-        subplot_titles=("request latency, ms (p50 solid, p99 dashed)", "env steps / s"),
+        shared_xaxes=True,
+        subplot_titles=[
+            text
+            for group, _ in sources
+            for text in (f"{group}: latency, ms (p50, bar to p99)", f"{group}: env steps / s")
+        ],
+        vertical_spacing=0.16,
     )
     timeouts = sorted({r["timeout_ms"] for r in [*rows, *recorded]})
-    for source, group, dash in ((rows, "this run", None), (recorded, "recorded", "dot")):
+    batches = sorted({r["max_batch_size"] for r in [*rows, *recorded]})
+    for row, (_, source) in enumerate(sources, start=1):
         for index, timeout in enumerate(timeouts):
             mine = sorted(
                 (r for r in source if r["timeout_ms"] == timeout), key=lambda r: r["max_batch_size"]
@@ -119,22 +129,26 @@ def latency_figure(
             if not mine:
                 continue
             color, x = COLORS[index % len(COLORS)], [r["max_batch_size"] for r in mine]
-            name = f"timeout {timeout:g} ms ({group})"
-            for key, line in (("latency_p50_ms", dash or "solid"), ("latency_p99_ms", "dash")):
-                figure.add_trace(
-                    go.Scatter(
-                        x=x,
-                        y=[r[key] for r in mine],
-                        mode="lines+markers",
-                        name=name,
-                        legendgroup=name,
-                        showlegend=key == "latency_p50_ms",
-                        line=dict(color=color, dash=line),
-                        opacity=0.5 if dash else 1.0,
+            name = f"timeout {timeout:g} ms"
+            figure.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[r["latency_p50_ms"] for r in mine],
+                    error_y=dict(
+                        type="data",
+                        symmetric=False,
+                        array=[r["latency_p99_ms"] - r["latency_p50_ms"] for r in mine],
+                        arrayminus=[0.0] * len(mine),
                     ),
-                    row=1,
-                    col=1,
-                )
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=row == 1,
+                    line=dict(color=color),
+                ),
+                row=row,
+                col=1,
+            )
             figure.add_trace(
                 go.Scatter(
                     x=x,
@@ -143,13 +157,13 @@ def latency_figure(
                     name=name,
                     legendgroup=name,
                     showlegend=False,
-                    line=dict(color=color, dash=dash or "solid"),
-                    opacity=0.5 if dash else 1.0,
+                    line=dict(color=color),
                 ),
-                row=1,
+                row=row,
                 col=2,
             )
-    figure.update_xaxes(title_text="max_batch_size", type="log")
-    figure.update_yaxes(type="log", row=1, col=1)
-    figure.update_layout(title=title, height=380)
+    figure.update_xaxes(type="log", tickvals=batches)
+    figure.update_xaxes(title_text="max_batch_size", row=len(sources))
+    figure.update_yaxes(rangemode="tozero")
+    figure.update_layout(title=title, height=300 + 260 * (len(sources) - 1))
     return figure

@@ -180,10 +180,10 @@ class SeedPanel(Panel):
             "inference server",
             name="server",
             x_keys=("charts/wall_seconds",),
-            y_title="requests per forward pass",
+            y_title="observations per forward pass",
             secondary_title="p99 latency (ms)",
             lines=[
-                Line("seed/mean_batch_size", "requests per forward pass", "#ff7f0e"),
+                Line("seed/mean_batch_size", "observations per forward pass", "#ff7f0e"),
                 Line("seed/latency_p99_ms", "p99 latency (ms)", "#2ca02c", secondary=True),
             ],
         )

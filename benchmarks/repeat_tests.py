@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(1, args.times + 1):
             result = one_pass(args.tests, args.without_learning)
             passes.append(result)
+            # Kept after every pass: a loop stopped early still leaves what it counted.
+            record.write({**recording.header, **summary(args, passes), "complete": False}, args.out)
             print(
                 f"pass {number:>2}: {result['passed']} passed, {result['failed']} failed, "
                 f"{result['skipped']} skipped in {result['seconds']:.0f} s"
@@ -136,20 +138,22 @@ def main(argv: list[str] | None = None) -> int:
         for process in load:
             process.kill()
             process.join()
-    clean = sum(1 for p in passes if p["exit_code"] == 0 and not p["failed"])
-    print(f"clean passes: {clean}/{len(passes)}")
-    recording.finish(
-        {
-            "tests": args.tests,
-            "without_learning": args.without_learning,
-            "load_cores": args.load_cores,
-            "clean": clean,
-            "passes": passes,
-        },
-        {"pass_rate": clean / max(len(passes), 1)},
-        args.out,
-    )
-    return 0 if clean == len(passes) else 1
+    figures = {**summary(args, passes), "complete": len(passes) == args.times}
+    print(f"clean passes: {figures['clean']}/{len(passes)}")
+    recording.finish(figures, {"pass_rate": figures["clean"] / max(len(passes), 1)}, args.out)
+    return 0 if figures["clean"] == len(passes) else 1
+
+
+def summary(args: argparse.Namespace, passes: list[dict]) -> dict:
+    """What the record holds of the passes so far."""
+    return {
+        "tests": args.tests,
+        "without_learning": args.without_learning,
+        "load_cores": args.load_cores,
+        "times": args.times,
+        "clean": sum(1 for p in passes if p["exit_code"] == 0 and not p["failed"]),
+        "passes": passes,
+    }
 
 
 if __name__ == "__main__":

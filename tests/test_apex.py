@@ -153,6 +153,28 @@ def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_
     assert len(server.replay) == 10 and type(server.replay.storage).__name__ == "FrameStorage"
 
 
+def test_an_atari_actor_and_its_network_follow_the_configs_env_options(one_thread):
+    # 42x42 frames without sticky actions: the settings PPO's Pong recipe learned with.
+    options = dict(screen_size=42, repeat_action_probability=0.0)
+    config = ApexConfig(
+        env_id="ALE/Pong-v5",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        model_options=dict(trunk="cnn-universe"),
+        env_options=options,
+        num_actors=1,
+        max_actors=1,
+        block_steps=5,
+        learning_starts=100,
+        replay_capacity=10_000,
+    )
+    actor = ApexActor(config, index=0, exploration=1.0)
+    block = actor.collect()
+    actor.close()
+    assert block["steps"]["obs"].shape == (5, 1, 4, 42, 42)
+    q = make_agent(config).q_network
+    assert q(torch.zeros(2, 4, 42, 42, dtype=torch.uint8)).shape == (2, 6)
+
+
 # --- the central replay ---------------------------------------------------------------------------
 
 

@@ -33,7 +33,9 @@ class ApexActor:
         seed = (
             config.seed * 10_007 + index * config.envs_per_actor
         )  # distinct across actors and restarts
-        self.env = make_vector_env(config.env_id, config.envs_per_actor, seed=seed)
+        self.env = make_vector_env(
+            config.env_id, config.envs_per_actor, seed=seed, **config.env_options
+        )
         self.obs, _ = self.env.reset(seed=seed)
         self.nstep = NStepTransitions(config.agent.n_step, config.agent.gamma)
         self.env_steps = 0

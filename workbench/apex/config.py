@@ -57,6 +57,10 @@ class ApexConfig:
     """``algos.dqn.DQNConfig`` or ``algos.ddpg.DDPGConfig`` (None: the defaults)."""
     model_options: dict = field(default_factory=dict)
     """Keyword arguments of the networks (``QNetwork``: dueling, hidden, num_atoms ...)."""
+    env_options: dict = field(default_factory=dict)
+    """Keyword arguments of every actor's ``make_vector_env`` (Atari: ``screen_size``,
+    ``repeat_action_probability`` for sticky actions, ...); the networks are built for the same
+    observations."""
     num_actors: int = 4
     max_actors: int = 16
     """Most actors the run may grow to while it goes."""
@@ -207,7 +211,7 @@ def default_agent_config(algo: str) -> Any:
 def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
     """The learner (or an actor's copy): ``DQN`` on a ``QNetwork`` or ``DDPG`` on a policy and a
     critic, sized from the env's spaces (the central replay serves them both)."""
-    observation_space, action_space = env_spaces(config.env_id)
+    observation_space, action_space = env_spaces(config.env_id, **config.env_options)
     if config.algo == "dqn":
         if not hasattr(action_space, "n"):
             raise ValueError(

@@ -14,6 +14,7 @@ combination compiled, and keeps the compiled step when it is ``COMPILE_GAIN`` fa
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -135,16 +136,12 @@ def choose_precision(
     is timed again compiled (10-20 s of compiling more), and compiled is chosen when it is at least
     ``COMPILE_GAIN`` times faster."""
     layouts = (False, True) if len(obs_shape) == 3 else (False,)
+    measure = functools.partial(update_rate, model, obs_shape, minibatch_size, seconds=seconds)
     rates = {}
     for autocast in candidates:
         for channels_last in layouts:
-            rates[label(autocast, channels_last)] = update_rate(
-                model,
-                obs_shape,
-                minibatch_size,
-                autocast=autocast,
-                channels_last=channels_last,
-                seconds=seconds,
+            rates[label(autocast, channels_last)] = measure(
+                autocast=autocast, channels_last=channels_last
             )
     best = max(rates, key=rates.get)
     autocast, layout = best.split("/")
@@ -153,15 +150,7 @@ def choose_precision(
     use_compiled = False
     if try_compile:
         fused = label(autocast, channels_last, compile=True)
-        rates[fused] = update_rate(
-            model,
-            obs_shape,
-            minibatch_size,
-            autocast=autocast,
-            channels_last=channels_last,
-            seconds=seconds,
-            compile=True,
-        )
+        rates[fused] = measure(autocast=autocast, channels_last=channels_last, compile=True)
         use_compiled = rates[fused] >= COMPILE_GAIN * rates[best]
     return PrecisionChoice(
         autocast=autocast, channels_last=channels_last, rates=rates, compile=use_compiled

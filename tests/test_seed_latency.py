@@ -76,3 +76,26 @@ def test_command_prints_the_table_and_ratios_and_writes_json(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert [r["max_batch_size"] for r in report["rows"]] == [1, 2]
     assert report["num_actors"] == 2 and report["benchmark"] == "seed_latency"
+
+
+def test_the_tradeoff_figure_has_a_curve_per_actor_count_ordered_by_latency(rows):
+    from workbench.lab.seed_latency import tradeoff_figure
+
+    more = [{**r, "num_actors": 4, "latency_p99_ms": 2 * r["latency_p99_ms"]} for r in rows]
+    figure = tradeoff_figure([*rows, *more])
+    assert [trace.name for trace in figure.data] == ["2 actors", "4 actors"]
+    for trace in figure.data:
+        assert list(trace.x) == sorted(trace.x) and len(trace.x) == len(rows)
+
+
+def test_the_command_sweeps_each_actor_count_with_the_batches_that_can_fill(tmp_path):
+    out = tmp_path / "latency.json"
+    argv = ["--env", "CartPole-v1", "--actors", "1", "2", "--batches", "1", "2", "--timeouts", "0"]
+    assert bench.main([*argv, "--seconds", "0.3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [(r["num_actors"], r["max_batch_size"]) for r in report["rows"]] == [
+        (1, 1),
+        (2, 1),
+        (2, 2),
+    ]
+    assert report["actor_counts"] == [1, 2] and report["num_actors"] == 2

@@ -28,7 +28,7 @@ from workbench.lab.central_inference import (
 )
 from workbench.progress import each
 
-__all__ = ["latency_figure", "latency_sweep", "recorded_latency"]
+__all__ = ["latency_figure", "latency_sweep", "recorded_latency", "tradeoff_figure"]
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 
@@ -166,4 +166,33 @@ def latency_figure(
     figure.update_xaxes(title_text="max_batch_size", row=len(sources))
     figure.update_yaxes(rangemode="tozero")
     figure.update_layout(title=title, height=300 + 260 * (len(sources) - 1))
+    return figure
+
+
+def tradeoff_figure(rows: Sequence[dict[str, Any]], *, title: str | None = None) -> go.Figure:
+    """SEED's trade (Espeholt et al. 2020, Sec. 4.2): env steps/s against the p99 latency an actor
+    waits, one curve per actor count, a point per server setting (labelled ``batch/timeout``), the
+    points of a curve ordered by latency. Larger batches and timeouts move a point right (longer
+    waits) and, while actors are free to fill them, up (more steps per second)."""
+    figure = go.Figure()
+    counts = sorted({r["num_actors"] for r in rows})
+    for index, count in enumerate(counts):
+        mine = sorted(
+            (r for r in rows if r["num_actors"] == count), key=lambda r: r["latency_p99_ms"]
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=[r["latency_p99_ms"] for r in mine],
+                y=[r["steps_per_second"] for r in mine],
+                mode="lines+markers+text",
+                text=[f"{r['max_batch_size']}/{r['timeout_ms']:g}" for r in mine],
+                textposition="top center",
+                textfont=dict(size=9),
+                name=f"{count} actors",
+                line=dict(color=COLORS[index % len(COLORS)]),
+            )
+        )
+    figure.update_xaxes(title_text="p99 latency an actor waits, ms", rangemode="tozero")
+    figure.update_yaxes(title_text="env steps / s", rangemode="tozero")
+    figure.update_layout(title=title, height=400)
     return figure

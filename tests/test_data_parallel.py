@@ -57,6 +57,19 @@ OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
 T, B = 16, 8
 DEVICES = ("cpu:0", "cpu:1")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def two_torch_threads():
+    """The single learner's reductions, and so its last bits, follow this process's torch threads,
+    which earlier tests may have changed (an in-process ``ApexActor`` sets one): the comparisons
+    run at two threads whatever ran before (at one thread an IMPALA weight differed by 1.9e-5)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 TIMEOUT = 60.0  # seconds per learner answer: generous for 2 busy cores, still never a hang
 A2C_CONFIG = A2CConfig(normalize_advantages=True)
 PPO_CONFIG = PPOConfig(num_epochs=2, num_minibatches=2, normalize_advantages=True)

@@ -5,6 +5,7 @@ the replay ratio a ``ReplayAgent`` holds, and that the agent learns CartPole (on
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -166,6 +167,43 @@ def test_categorical_learning_moves_the_mass_to_the_return():
     priorities = agent.priorities
     probs = q_network.distribution(batch["obs"])[torch.arange(32), batch["actions"]]
     assert probs[:, 7].mean() > 0.9 and (priorities >= 0).all()
+
+
+def atari_batch(q_network: QNetwork, size: int = 32) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    frames = (size, *q_network.obs_shape)
+    return {
+        "obs": torch.randint(0, 256, frames, generator=generator, dtype=torch.uint8),
+        "actions": torch.randint(q_network.num_actions, (size,), generator=generator),
+        "returns": torch.rand(size, generator=generator) * 2 - 1,
+        "discounts": torch.full((size,), 0.97),
+        "next_obs": torch.randint(0, 256, frames, generator=generator, dtype=torch.uint8),
+    }
+
+
+@pytest.mark.parametrize("num_atoms", [1, 51])
+def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding(num_atoms):
+    # The precision levers of the policy gradients, for DQN on Atari frames (issue 25): the loss,
+    # its priorities and the step match float32's to bfloat16's precision.
+    torch.manual_seed(0)
+    q_network = QNetwork((4, 42, 42), 6, dueling=True, trunk="cnn-universe", num_atoms=num_atoms)
+    fast_network = copy.deepcopy(q_network)
+    plain = DQN(q_network, DQNConfig(max_grad_norm=None))
+    fast = DQN(fast_network, DQNConfig(max_grad_norm=None, autocast="bfloat16", channels_last=True))
+    conv = next(m for m in fast_network.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    batch = atari_batch(q_network)
+    plain_metrics, fast_metrics = plain.update(batch), fast.update(batch)
+    assert fast_metrics["losses/q"] == pytest.approx(plain_metrics["losses/q"], rel=0.05)
+    torch.testing.assert_close(fast.priorities, plain.priorities, rtol=0.1, atol=0.02)
+
+
+@pytest.mark.parametrize(
+    "changes, fix", [(dict(autocast="float16"), "bfloat16"), (dict(compile=True), "compile=False")]
+)
+def test_precision_dqn_does_not_support_names_the_fix(changes, fix):
+    with pytest.raises(ValueError, match=fix):
+        DQNConfig(**changes)
 
 
 def test_a_batch_without_the_transition_keys_names_them():

@@ -37,7 +37,13 @@ from workbench.kernels import (
     linear_schedule,
     scaled_learning_rate,
 )
-from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
+from workbench.learners.base import (
+    GradientStep,
+    Precision,
+    Reduction,
+    check_precision,
+    move_optimizer_state,
+)
 from workbench.models import EpsilonGreedy, QNetwork
 from workbench.replay import TRANSITION_KEYS
 
@@ -45,9 +51,12 @@ __all__ = ["DQN", "DQNConfig", "transition_batch"]
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(Precision):
     """DQN hyperparameters. Defaults: Rainbow's where it states them (Hessel et al. 2018,
-    Table 1), else CleanRL's ``dqn.py``; model options (dueling, atoms) are the ``QNetwork``'s."""
+    Table 1), else CleanRL's ``dqn.py``; model options (dueling, atoms) are the ``QNetwork``'s.
+    The precision fields (``Precision``: ``autocast``, ``channels_last``) are the policy
+    gradients' levers; DQN takes ``autocast`` None or ``"bfloat16"`` (float16 would need the
+    gradient scaling DQN does not do), and no ``compile``."""
 
     gamma: float = 0.99
     n_step: int = 3
@@ -85,6 +94,12 @@ class DQNConfig:
     reference_batch_size: int | None = None
 
     def __post_init__(self) -> None:
+        self.check_fields()
+        if self.autocast == "float16" or self.compile:
+            raise ValueError(
+                "DQNConfig: autocast='float16' and compile=True are not supported (float16 needs "
+                "gradient scaling); use autocast='bfloat16' or None, and compile=False."
+            )
         if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
             raise ValueError(f"DQNConfig.n_step must be an int >= 1, got {self.n_step!r}")
         for name in ("batch_size", "replay_capacity", "target_update_interval"):
@@ -159,6 +174,8 @@ class DQN:
             )
         self.config = config = config or DQNConfig()
         self.device = torch.device(device)
+        if config.channels_last:  # before the copies and the optimizer: they keep its strides
+            q_network.to(memory_format=torch.channels_last)
         self.model = EpsilonGreedy(q_network, config.epsilon_start).to(self.device)
         self.q_network = q_network
         self.target = copy.deepcopy(q_network).requires_grad_(False)
@@ -225,11 +242,14 @@ class DQN:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-sample loss, ``Q(s, a)`` and priority: Huber on the n-step TD error and |TD error|,
         or for C51 the cross-entropy of Alg. 1, which is also its priority (Hessel et al. 2018)."""
+        check_precision(self.config.autocast, self.device, "DQN")
         actions = batch["actions"].long()
         if self.q_network.num_atoms > 1:
             loss_per_sample, q_taken = self.categorical_loss(batch, actions)
             return loss_per_sample, q_taken, loss_per_sample.detach()
-        q_taken = self.q_network(batch["obs"]).gather(1, actions.unsqueeze(1)).squeeze(1)
+        with self.config.autocast_context(self.device):  # the forward pass; the loss in float32
+            q_values = self.q_network(batch["obs"]).float()
+        q_taken = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             target = batch["returns"] + batch["discounts"] * self.next_values(batch["next_obs"])
         loss_per_sample = F.smooth_l1_loss(q_taken, target, reduction="none")  # Huber, delta 1
@@ -239,8 +259,9 @@ class DQN:
     def next_values(self, next_obs: torch.Tensor) -> torch.Tensor:
         """``Q_target(s', a*)`` ``[N]``, ``a*`` chosen by the online network when ``double``
         (van Hasselt et al. 2016, Eq. 4; ``kernels.double_q_action``)."""
-        target_q = self.target(next_obs)
-        online_q = self.q_network(next_obs) if self.config.double else None
+        with self.config.autocast_context(self.device):
+            target_q = self.target(next_obs).float()
+            online_q = self.q_network(next_obs).float() if self.config.double else None
         action = double_q_action(target_q, online_q)
         return target_q.gather(1, action.unsqueeze(1)).squeeze(1)
 
@@ -250,15 +271,17 @@ class DQN:
         """Cross-entropy between the projected target distribution and the online one (Alg. 1)."""
         support = self.q_network.support
         rows = torch.arange(actions.shape[0], device=self.device)
+        with torch.no_grad(), self.config.autocast_context(self.device):
+            next_probs = self.target.distribution(batch["next_obs"]).float()  # [N, A, atoms]
+            online_q = self.q_network(batch["next_obs"]).float() if self.config.double else None
         with torch.no_grad():
-            next_probs = self.target.distribution(batch["next_obs"])  # [N, A, atoms]
             target_q = (next_probs * support).sum(-1)
-            online_q = self.q_network(batch["next_obs"]) if self.config.double else None
             next_action = double_q_action(target_q, online_q)
             target = categorical_projection(
                 next_probs[rows, next_action], batch["returns"], batch["discounts"], support
             )
-        log_probs = self.q_network.distribution(batch["obs"], log=True)[rows, actions]
+        with self.config.autocast_context(self.device):  # log-softmax runs in float32 there
+            log_probs = self.q_network.distribution(batch["obs"], log=True).float()[rows, actions]
         q_taken = (log_probs.exp() * support).sum(-1)
         return -(target * log_probs).sum(-1), q_taken
 

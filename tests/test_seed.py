@@ -3,6 +3,7 @@ learner on them, and a whole run learning CartPole through the central server.""
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import replace
 
@@ -144,6 +145,31 @@ def test_the_impala_learner_bootstraps_a_truncated_step_from_its_final_observati
     torch.manual_seed(0)
     same = IMPALA(ActorCritic((4,), 2), IMPALAConfig()).update(untouched.copy())
     assert same["losses/value"] == pytest.approx(metrics["losses/value"])
+
+
+def test_a_bfloat16_channels_last_impala_update_takes_the_float32_step_up_to_rounding():
+    # The policy gradients' precision levers for SEED's V-trace learner on Atari frames (issue 25).
+    T, B = 5, 4
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(T + 1, B, 4, 42, 42), dtype=np.uint8)
+    batch = {
+        "obs": frames,
+        "final_obs": frames,
+        "actions": rng.integers(0, 6, size=(T + 1, B)),
+        "logp": np.full((T + 1, B), np.log(1 / 6), np.float32),
+        "rewards": rng.choice([-1.0, 0.0, 1.0], size=(T + 1, B)).astype(np.float32),
+        "terminated": np.zeros((T + 1, B), bool),
+        "truncated": np.zeros((T + 1, B), bool),
+    }
+    torch.manual_seed(0)
+    model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")
+    fast_model = copy.deepcopy(model)
+    plain = IMPALA(model, IMPALAConfig()).update(batch)
+    fast = IMPALA(fast_model, IMPALAConfig(autocast="bfloat16", channels_last=True)).update(batch)
+    conv = next(m for m in fast_model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    for key in ("losses/policy", "losses/value", "losses/entropy"):
+        assert fast[key] == pytest.approx(plain[key], rel=0.05, abs=1e-3), key
 
 
 def test_the_impala_learner_refuses_a_batch_without_behaviour_log_probabilities():

@@ -28,7 +28,13 @@ import torch
 from torch.distributions import Categorical
 
 from workbench.kernels import vtrace
-from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
+from workbench.learners.base import (
+    GradientStep,
+    Precision,
+    Reduction,
+    check_precision,
+    move_optimizer_state,
+)
 
 __all__ = ["IMPALA", "IMPALAConfig", "UNROLL_KEYS"]
 
@@ -37,10 +43,12 @@ UNROLL_KEYS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "
 
 
 @dataclass
-class IMPALAConfig:
+class IMPALAConfig(Precision):
     """IMPALA hyperparameters. Defaults: the paper's Table G.1 where it states them (baseline
     cost 0.5, entropy 0.01, gradient-norm clip 40, rho_bar = c_bar = 1), with Adam (SEED's
-    choice)."""
+    choice). The precision fields (``Precision``) are the policy gradients' levers: ``autocast``
+    None or ``"bfloat16"`` around the update's forward passes (V-trace and the losses in float32)
+    and ``channels_last``, which converts the model the server acts with too; no ``compile``."""
 
     gamma: float = 0.99
     learning_rate: float = 6e-4
@@ -57,6 +65,12 @@ class IMPALAConfig:
     """Unrolls per learner update (B)."""
 
     def __post_init__(self) -> None:
+        self.check_fields()
+        if self.autocast == "float16" or self.compile:
+            raise ValueError(
+                "IMPALAConfig: autocast='float16' and compile=True are not supported (float16 "
+                "needs gradient scaling); use autocast='bfloat16' or None, and compile=False."
+            )
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not self.learning_rate > 0:
@@ -87,6 +101,8 @@ class IMPALA:
         self.config = config or IMPALAConfig()
         self.device = torch.device(device)
         self.model = model.to(self.device)
+        if self.config.channels_last:  # before the optimizer: it must hold the converted weights
+            self.model.to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps
         )
@@ -118,14 +134,17 @@ class IMPALA:
         terminated = data["terminated"][:-1].bool()
         truncated = data["truncated"][:-1].bool() & ~terminated
 
-        logits, values = self.model(obs)
+        check_precision(c.autocast, self.device, "IMPALA")
+        with c.autocast_context(self.device):
+            logits, values = self.model(obs)
+        logits, values = logits.float(), values.float()
         dist = Categorical(logits=logits[:-1])
         target_logp = dist.log_prob(actions)
         next_values = values[1:].detach().clone()
         if truncated.any():  # bootstrap a time limit from the episode's own last observation
-            with torch.no_grad():
+            with torch.no_grad(), c.autocast_context(self.device):
                 _, final_values = self.model(data["final_obs"][:-1][truncated])
-            next_values[truncated] = final_values
+            next_values[truncated] = final_values.float()
         discounts = c.gamma * (~terminated).float()
         behaviour_logp = data["logp"][:-1].float()
         returns = vtrace(

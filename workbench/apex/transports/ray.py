@@ -24,6 +24,10 @@ from workbench.apex.config import ApexConfig
 from workbench.apex.replay_server import ReplayServer
 from workbench.cluster import acquire_ray, node_for, node_strategy, release_ray
 
+STARTUP_SECONDS = 180.0
+"""How long ``actor_pids`` waits for actors still running their constructors (under
+``benchmarks/repeat_tests.py``'s load, a core taken, one needed more than the 30 s once allowed)."""
+
 __all__ = ["ApexRayActor", "RayReplayServer", "RayTransport"]
 
 
@@ -149,15 +153,19 @@ class RayTransport:
     def actor_handles(self) -> dict[int, Any]:
         return dict(self.actors)
 
-    def actor_pids(self) -> dict[int, int]:
-        """Process ids of the actors (index -> pid), asked of each Ray actor."""
+    def actor_pids(self, timeout: float = STARTUP_SECONDS) -> dict[int, int]:
+        """Process ids of the actors (index -> pid), asked of each Ray actor. An actor answers once
+        its constructor has run (torch imported, envs made: tens of seconds on a busy 2-core
+        machine), so one still starting is waited for, all of them within ``timeout`` seconds;
+        a dead one has no pid to show."""
         refs = {index: handle.pid.remote() for index, handle in list(self.actors.items())}
+        deadline = time.monotonic() + timeout
         pids = {}
         for index, ref in refs.items():
             try:
-                pids[index] = self.ray.get(ref, timeout=30)
+                pids[index] = self.ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except self.ray.exceptions.RayError:
-                pass  # dead, or dying: it has no pid to show
+                pass  # dead, or dying, or not started within the timeout
         return pids
 
     def publish(self, state: dict[str, torch.Tensor]) -> None:

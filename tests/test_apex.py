@@ -479,7 +479,16 @@ def test_apex_on_pong_feeds_frames_to_the_learner(tmp_path):
         seed=0,
     )
     apex = Apex(config, runs_dir=tmp_path, log_interval=1.0)
-    apex.run(updates=10, seconds=240)
+
+    @apex.on_row
+    def both_fed(row: dict) -> None:
+        # Wait for what is asserted: under load one actor may fill learning_starts alone before
+        # the other's first block (a pass of benchmarks/repeat_tests.py saw only actor 1 by then).
+        if "event" not in row and row["charts/updates"] >= 10 and len(row["apex/per_actor"]) == 2:
+            apex.stop()
+
+    apex.run(seconds=240)
     last = metric_rows(apex)[-1]
-    assert last["charts/updates"] == 10 and set(last["apex/per_actor"]) == {0, 1}
+    assert apex.status == "stopped", f"no 10 updates from both actors within 240 s: {last}"
+    assert last["charts/updates"] >= 10 and set(last["apex/per_actor"]) == {0, 1}
     assert np.isfinite(last["losses/q"])

@@ -75,14 +75,21 @@ def assert_no_ray_actor_left(seconds: float = 20.0) -> None:
 def test_r2d2_trains_on_sequences_from_both_nodes(two_nodes, tmp_path):
     run = Seed(replace(R2D2.config, transport="ray"), runs_dir=tmp_path)
     placed = record_placement(run)
-    run.run(updates=40)
+
+    def nodes_fed(row: dict) -> set[str]:
+        windows = row["seed/windows_per_actor"]
+        return {n for n, actors in placed.items() if sum(windows.get(str(i), 0) for i in actors)}
+
+    @run.on_row
+    def enough(row: dict) -> None:  # wait for what is asserted: a slow starter may lag 40 updates
+        if "event" not in row and run.updates >= 40 and len(nodes_fed(row)) == 2:
+            run.stop()
+
+    run.run(seconds=240)
     last = metric_rows(run)[-1]
+    assert run.status == "stopped", f"no 40 updates from both nodes within 240 s: {last}"
     assert run.updates >= 40 and last["seed/replay_size"] > 0
-    windows = last["seed/windows_per_actor"]
-    nodes_fed = {
-        node for node, actors in placed.items() if sum(windows.get(str(i), 0) for i in actors)
-    }
-    assert len(nodes_fed) == 2, (placed, windows)
+    assert len(nodes_fed(last)) == 2, (placed, last["seed/windows_per_actor"])
     assert run.learner_state()["learner"]["num_updates"] == run.updates
     assert_no_ray_actor_left()
 

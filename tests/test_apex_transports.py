@@ -99,7 +99,7 @@ def replay_pid(transport: ApexTransport) -> int:
         return transport.replay.pid
     import ray
 
-    return ray.get(transport.replay.__ray_call__.remote(lambda _: os.getpid()), timeout=30)
+    return ray.get(transport.replay.__ray_call__.remote(lambda _: os.getpid()), timeout=TIMEOUT)
 
 
 def test_is_an_apex_transport(transport):

@@ -154,19 +154,22 @@ class RayTransport:
         return dict(self.actors)
 
     def actor_pids(self, timeout: float = STARTUP_SECONDS) -> dict[int, int]:
-        """Process ids of the actors (index -> pid), asked of each Ray actor. An actor answers once
-        its constructor has run (torch imported, envs made: tens of seconds on a busy 2-core
-        machine), so one still starting is waited for, all of them within ``timeout`` seconds;
-        a dead one has no pid to show."""
-        refs = {index: handle.pid.remote() for index, handle in list(self.actors.items())}
+        """Process ids of the actors (index -> pid), asked of each Ray actor (``ask_actors``)."""
+        return self.ask_actors("pid", timeout)
+
+    def ask_actors(self, method: str, timeout: float = STARTUP_SECONDS) -> dict[int, Any]:
+        """``method()`` of every actor (index -> answer). An actor answers once its constructor
+        has run (torch imported, envs made: tens of seconds on a busy 2-core machine), so one still
+        starting is waited for, all of them within ``timeout`` seconds; a dead one has no answer."""
+        refs = {i: getattr(handle, method).remote() for i, handle in list(self.actors.items())}
         deadline = time.monotonic() + timeout
-        pids = {}
+        answers = {}
         for index, ref in refs.items():
             try:
-                pids[index] = self.ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                answers[index] = self.ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except self.ray.exceptions.RayError:
                 pass  # dead, or dying, or not started within the timeout
-        return pids
+        return answers
 
     def publish(self, state: dict[str, torch.Tensor]) -> None:
         self.parameters_ref = self.ray.put({key: value.cpu() for key, value in state.items()})
@@ -208,15 +211,8 @@ class RayTransport:
         return self.ray.get(self.replay.node_id.remote(), timeout=60)
 
     def actor_nodes(self) -> dict[int, str]:
-        """The node id of each actor (index -> node id), asked of each Ray actor."""
-        refs = {index: handle.node_id.remote() for index, handle in list(self.actors.items())}
-        nodes = {}
-        for index, ref in refs.items():
-            try:
-                nodes[index] = self.ray.get(ref, timeout=30)
-            except self.ray.exceptions.RayError:
-                pass
-        return nodes
+        """The node id of each actor (index -> node id), asked of each (``ask_actors``)."""
+        return self.ask_actors("node_id")
 
     def close(self) -> None:
         try:

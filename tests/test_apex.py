@@ -54,6 +54,18 @@ def cartpole_config(**changes) -> ApexConfig:
     return ApexConfig(**values)
 
 
+def pong_config(**changes) -> ApexConfig:
+    """A small Ape-X on Pong: a replay of 10k frames, learning after 100."""
+    values = dict(
+        env_id="ALE/Pong-v5",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        learning_starts=100,
+        replay_capacity=10_000,
+    )
+    values.update(changes)
+    return ApexConfig(**values)
+
+
 def metric_rows(run) -> list[dict]:
     """The run's metric rows (its event rows left out)."""
     return [row for row in run.metrics if "event" not in row]
@@ -129,15 +141,7 @@ def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
 
 
 def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_thread):
-    config = ApexConfig(
-        env_id="ALE/Pong-v5",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
-        num_actors=2,
-        max_actors=2,
-        block_steps=10,
-        learning_starts=100,
-        replay_capacity=10_000,
-    )
+    config = pong_config(num_actors=2, max_actors=2, block_steps=10)
     actor = ApexActor(config, index=1, exploration=1.0)
     block = actor.collect()
     steps = block["steps"]
@@ -156,16 +160,12 @@ def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_
 def test_an_atari_actor_and_its_network_follow_the_configs_env_options(one_thread):
     # 42x42 frames without sticky actions: the settings PPO's Pong recipe learned with.
     options = dict(screen_size=42, repeat_action_probability=0.0)
-    config = ApexConfig(
-        env_id="ALE/Pong-v5",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+    config = pong_config(
         model_options=dict(trunk="cnn-universe"),
         env_options=options,
         num_actors=1,
         max_actors=1,
         block_steps=5,
-        learning_starts=100,
-        replay_capacity=10_000,
     )
     actor = ApexActor(config, index=0, exploration=1.0)
     block = actor.collect()

@@ -196,9 +196,13 @@ def start_holder(kind: str, mode: str, runs_dir: Path) -> tuple[subprocess.Popen
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["apex", "seed"])
-@pytest.mark.parametrize("mode", ["kill", "exit", "stop"])
-def test_no_ray_process_outlives_its_run(kind, mode, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    # A kill and a stop for each engine (each stops its own actors); one normal exit, whose
+    # clean-up is the instance's (workbench.cluster's exit hook), not the engine's.
+    [("kill", "apex"), ("kill", "seed"), ("stop", "apex"), ("stop", "seed"), ("exit", "seed")],
+)
+def test_no_ray_process_outlives_its_run(mode, kind, tmp_path):
     """A run on Ray that started its own instance: SIGKILL of its process (a kernel restart), a
     normal exit with the run going, or a clean stop of the run leave none of the instance's
     processes (agents included) and none of its files."""

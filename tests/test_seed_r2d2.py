@@ -5,9 +5,9 @@ Tiers: sequences checked against a literal record of what the server saw; per-sl
 epsilons against ``apex.actor_epsilons`` and their behaviour; a run stopped and resumed from its
 checkpoint carries on (about 10 s on 2 CPU cores). The claim itself, on CartPole with the
 velocities hidden (R2D2 through SEED reaches 300 within the recipe's 80k env steps, a feed-forward
-DQN with the same budget stays under half of it), is asserted where its runs already are: notebook
-08's memory study (``lab.seed_studies.memory_matters``) runs both agents, at the recipe's budget
-under ``bin/test``; ``benchmarks/learning.py`` runs the recipe at three seeds.
+DQN given the env steps R2D2 took stays under half of it), is asserted where its runs already
+are: notebook 08's memory study (``lab.seed_studies.memory_matters``) runs both agents, at the
+recipe's budget under ``bin/test``; ``benchmarks/learning.py`` runs the recipe at three seeds.
 """
 
 from __future__ import annotations

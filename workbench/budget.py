@@ -87,12 +87,15 @@ class Budget:
     """The return notebook 07 asserts that run reaches (475 is the recipe's, at full budget)."""
     seed_r2d2_steps: int
     """Env-step budget of notebook 08's memory experiment (R2D2 against feed-forward DQN; R2D2's
-    recipe reaches 300 within 80k, DQN runs the whole budget)."""
+    recipe reaches 300 within 80k; DQN then runs the env steps R2D2 took)."""
     r2d2_drift_updates: int
     """Learner updates between the actors' network and the learner's in notebook 08's study of
     R2D2's four state strategies (the stored states' staleness)."""
     seed_live_seconds: float
     """Wall-clock limit of notebook 08's live SEED run (its cells stop it sooner)."""
+    watch_fps: float
+    """Frames per second of notebook 09's live game (``lab.watch``): 60 for a reader, four times
+    real time; faster under the tests, where no one watches."""
     pong_random_games: int
     """Games of random play, the score notebook 09's agents must beat."""
     pong_eval_games: int
@@ -167,6 +170,7 @@ _BUDGETS = {
         seed_r2d2_steps=80_000,
         r2d2_drift_updates=50,
         seed_live_seconds=40.0,
+        watch_fps=600.0,
         pong_random_games=16,
         pong_eval_games=2,
         atari_live_from="ppo_pong_fast_climb.pt",
@@ -220,6 +224,7 @@ _BUDGETS = {
         seed_r2d2_steps=200_000,
         r2d2_drift_updates=200,
         seed_live_seconds=600.0,
+        watch_fps=60.0,
         pong_random_games=32,
         pong_eval_games=10,
         atari_live_from=None,

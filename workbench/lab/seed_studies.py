@@ -1,9 +1,10 @@
 """Studies of the SEED system, for notebook 08 and the tests: does memory matter?
 
 ``memory_matters`` trains two agents on ``workbench/CartPoleNoVelocity-v1`` (cart position and pole
-angle only) with the same env-step budget: R2D2 through SEED (the ``seed-r2d2-cartpole-novelocity``
+angle only) with the same experience: R2D2 through SEED (the ``seed-r2d2-cartpole-novelocity``
 recipe: an LSTM Q-network, stored state, burn-in) and a feed-forward DQN (the ``dqn-cartpole``
-recipe, which solves full-state CartPole in about 33k steps, with the env swapped). From one
+recipe, which solves full-state CartPole in about 33k steps, with the env swapped) given as many env
+steps as R2D2 needed to reach its target. From one
 observation a feed-forward network cannot tell which way the pole moves; the LSTM infers the
 velocities from consecutive ones (Hausknecht & Stone 2015, https://arxiv.org/abs/1507.06527;
 Kapturowski et al. 2019, https://openreview.net/forum?id=r1lyTjAqYX).
@@ -33,6 +34,9 @@ class MemoryStudy:
     least), DQN's the mean of its last 20 training episodes (epsilon annealed to 0.04)."""
 
     total_steps: int
+    """R2D2's budget."""
+    dqn_steps: int
+    """The DQN's: the env steps R2D2 took (its budget if it missed the target)."""
     target_return: float
     r2d2_steps_to_target: int | None
     r2d2_best: float
@@ -83,11 +87,13 @@ def memory_matters(
     r2d2: bool = True,
     dqn: bool = True,
 ) -> MemoryStudy:
-    """Train R2D2 (through SEED) and a feed-forward DQN on CartPoleNoVelocity with the same budget.
+    """Train R2D2 (through SEED), then a feed-forward DQN with the env steps R2D2 took, on
+    CartPoleNoVelocity.
 
     Args:
-        total_steps: env steps each agent may take (None: the R2D2 recipe's budget). R2D2 stops at
-            its target (300); DQN runs the whole budget (unless it reaches the target too).
+        total_steps: env steps R2D2 may take (None: the R2D2 recipe's budget). R2D2 stops at its
+            target (300); DQN then runs as many env steps as R2D2 took (the whole budget if R2D2
+            did not reach the target, or did not run), so both learn from the same experience.
         seed: of both runs.
         transport: SEED's actors, ``"local"`` (processes; the recipe's) or ``"serial"``.
         r2d2, dqn: run that agent (False: its curve stays empty, its returns NaN).
@@ -97,7 +103,7 @@ def memory_matters(
     runs_dir = study_dir("workbench-memory-matters-")
     r2d2_curve: list[dict] = []
     dqn_curve: list[dict] = []
-    model, r2d2_seconds, dqn_seconds = None, 0.0, 0.0
+    model, r2d2_seconds, dqn_seconds, run = None, 0.0, 0.0, None
     if r2d2:
         run = Seed(
             replace(recipe.config, seed=seed),
@@ -117,8 +123,9 @@ def memory_matters(
             if "event" not in r and r.get(key) is not None
         ]
         model, r2d2_seconds = run.model, run.wall_seconds
+    dqn_steps = total_steps if run is None or run.ended_by != "target" else run.env_steps
     if dqn:
-        baseline = dqn_baseline(total_steps, recipe.target_return)
+        baseline = dqn_baseline(dqn_steps, recipe.target_return)
         threads = torch.get_num_threads()
         torch.set_num_threads(
             baseline.torch_threads or threads
@@ -138,6 +145,7 @@ def memory_matters(
     )
     return MemoryStudy(
         total_steps,
+        dqn_steps,
         recipe.target_return,
         reached,
         *_summary(r2d2_curve),

@@ -255,10 +255,11 @@ def test_replay_agent_holds_the_replay_ratio_as_the_old_loop_did(prioritized):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dqn-cartpole", "c51-cartpole"])
+@pytest.mark.parametrize("name", ["c51-cartpole"])
 def test_recipe_reaches_its_target_within_its_budget(name):
-    """Double + dueling + 3-step DQN: mean return >= 475 within 100k steps; with C51, within 120k
-    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three."""
+    """Double + dueling + 3-step DQN with C51: mean return >= 475 within 120k steps
+    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three, and the same for
+    ``dqn-cartpole`` (this recipe less C51: notebook 05 checks each of its extensions learning)."""
     from workbench.runs.recipes import RECIPES
 
     recipe = RECIPES[name]

@@ -8,7 +8,7 @@ Specified here: an R2D2 run trains on sequences from both nodes (checked by node
 env actor is restarted, actors are added and retired live, a stopped run resumes from its
 checkpoint, the panel steers it, and a stop leaves no Ray actor behind. Ape-X: actors on both
 nodes feed one replay, placed on the node asked for. V-trace learning with actors on both nodes
-is notebook 10's checked cell (its target at each budget; ``test_seed.py`` holds the recipe to 475
+is notebook 10's checked cell (its target at each budget; notebook 07's holds the recipe to 475
 on one machine).
 """
 

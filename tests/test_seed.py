@@ -1,5 +1,6 @@
 """SEED RL's learner side: trajectories assembled from the server's steps, the IMPALA (V-trace)
-learner on them, and a whole run learning CartPole through the central server."""
+learner on them, and whole runs through the central server (stopped, resumed, steered). The
+recipe's learning claim (475 within 300k env steps) is notebook 07's checked cell."""
 
 from __future__ import annotations
 
@@ -265,21 +266,6 @@ def test_actors_are_added_while_a_seed_run_goes(tmp_path):
     assert [e["new"] for e in run.events if e["event"] == "settings"] == [{"num_actors": 2}]
     assert run.status == "stopped" and run.actor_pids() == []
     assert wait_gone(pids) == [], "an env actor outlived the run"
-
-
-@pytest.mark.slow
-@pytest.mark.learns
-def test_vtrace_learns_cartpole_through_the_central_server():
-    """The issue's claim: 4 env-only actors, the IMPALA learner, mean return >= 475 within 300k
-    steps."""
-    recipe = SEED_RECIPES["seed-vtrace-cartpole"]
-    result = recipe.run(seed=0)
-    assert result["steps_to_target"] is not None, (
-        f"stopped by {result['stopped']} at {result['final_return']}"
-    )
-    assert result["steps_to_target"] <= 300_000
-    last = metric_rows(result["run"])[-1]
-    assert last["seed/mean_batch_size"] > 1.5  # the server did batch the actors' requests
 
 
 def test_the_seed_panel_steers_actors_and_the_servers_batch_live(tmp_path):

@@ -84,7 +84,8 @@ class Budget:
     seed_vtrace_steps: int
     """Env-step budget of notebook 07's V-trace run on CartPole through the server."""
     seed_vtrace_target: float
-    """The return notebook 07 asserts that run reaches (475 is the recipe's, at full budget)."""
+    """The return notebook 07 asserts that run reaches: the ``seed-vtrace-cartpole`` recipe's 475
+    at both budgets, so its checked cell is the CI check of the recipe's claim."""
     seed_r2d2_steps: int
     """Env-step budget of notebook 08's memory experiment (R2D2 against feed-forward DQN; R2D2's
     recipe reaches 300 within 80k; DQN then runs the env steps R2D2 took)."""
@@ -161,12 +162,12 @@ _BUDGETS = {
         apex_max_seconds=300.0,
         apex_live_seconds=120.0,
         seed_actor_counts=(1, 2, 4),
-        seed_measure_seconds=3.0,
+        seed_measure_seconds=2.0,
         seed_latency_actors=4,
         seed_latency_batches=(1, 2, 4),
         seed_latency_timeouts=(0.0, 0.002),
         seed_vtrace_steps=300_000,
-        seed_vtrace_target=200.0,
+        seed_vtrace_target=475.0,
         seed_r2d2_steps=80_000,
         r2d2_drift_updates=50,
         seed_live_seconds=40.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.lab.quotes import check_notebook
+from workbench.lab.quotes import check_notebook, unreferenced
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -110,6 +110,15 @@ def test_every_referenced_number_holds_for_the_stored_run(path):
     """A number the text quotes with a reference (docs/quoting.md) is true of the stored output or
     the record it names (workbench.lab.quotes; tests/test_quotes.py shows it failing)."""
     assert check_notebook(cells(path), ROOT / "data") == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_measured_number_in_the_text_says_where_it_comes_from(path):
+    """A number with a measurement's unit (steps/s, MB, ms, s, %, a ratio, env steps, updates) in
+    prose or an answer carries a reference to the stored output or record it describes, or names
+    its source (``cite:``: a paper, another project), or is a setting (``setting``), or is derived
+    from two referenced numbers beside it (``derived``, checked). docs/quoting.md."""
+    assert unreferenced(cells(path)) == []
 
 
 IMAGE = re.compile(r"!\[[^\]]*\]\((?P<path>[^)\s]+)\)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.lab.quotes import QuoteError, check_notebook, quotes
+from workbench.lab.quotes import QuoteError, check_notebook, quotes, unreferenced
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,3 +164,46 @@ def test_an_exponent_is_part_of_its_number():
         markdown('lr 0.001<!--out:table "   64"--> and 500<!--out:table "   64" #2-->'),
     ]
     assert check_notebook(cells, ROOT / "data") == []  # 1.00e-03 is one number, not 1.00 and 03
+
+
+# Coverage: a measured number in the text carries a reference, a source or the mark of a setting.
+
+
+def test_a_measured_number_without_a_reference_is_named():
+    found = unreferenced([markdown("SEED's actors stay near 48 MB against 273 MB.")])
+    assert [f.split(":")[1].strip() for f in found] == [
+        "'48 MB' has no reference",
+        "'273 MB' has no reference",
+    ]
+
+
+def test_every_number_listed_before_a_unit_shares_it():
+    found = unreferenced([markdown("The layouts gave 1,918, 1,607 and 1,049 env steps/s.")])
+    assert len(found) == 3 and "'1,918'" in found[0] and "'1,607'" in found[1]
+
+
+def test_references_cited_sources_and_settings_cover_a_number():
+    text = (
+        'near 48 MB<!--out:costs "16" #2--> against 273 MB<!--out:costs "16" #5-->; the paper\'s'
+        " 2,500 steps/s<!--cite:Horgan et al. 2018, Table 1-->; 10 s<!--setting--> windows"
+    )
+    assert unreferenced([TABLE, markdown(text)]) == []
+
+
+def test_a_cited_source_must_be_named():
+    assert len(unreferenced([markdown("the paper's 2,500 steps/s<!--cite-->")])) == 1
+
+
+def test_shapes_code_math_links_and_the_glossary_are_not_results():
+    text = (
+        "a 4×84×84 stack; batches of 128 × 32; `took 35 s`; $2 ms$; [runs](runs/10s.json);"
+        " https://arxiv.org/abs/1803.00933\n\n*Expected time on 2 CPU cores: about 30 s.*"
+    )
+    assert unreferenced([markdown(text), markdown("## Glossary\n\n- **x**: takes 35 s.")]) == []
+
+
+def test_a_derived_number_must_follow_from_two_referenced_ones():
+    ratio = "from 803<!--data:l.json a--> to 1,510 steps/s<!--data:l.json b--> ({}x<!--derived-->)"
+    assert unreferenced([markdown(ratio.format("1.88"))]) == []  # 1510 / 803
+    assert unreferenced([markdown(ratio.format("2.10"))]) != []
+    assert unreferenced([markdown("a gain of 88%<!--derived--> alone")]) != []

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Quote", "QuoteError", "check_notebook", "quotes", "resolve"]
+__all__ = ["Quote", "QuoteError", "check_notebook", "quotes", "resolve", "unreferenced"]
 
 # "1.00e-03" is one number; the 99 of "p99" is none.
 NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -40,6 +40,33 @@ REFERENCE = re.compile(
 )
 COMPARISON = re.compile(r"\s+(?P<op>~\d+(?:\.\d+)?%|<=|>=|<|>)\s*$")
 SCALE = re.compile(r"\s+/(?P<divisor>\d+(?:\.\d+)?(?:e\d+)?)$")
+
+
+# A number with the unit of a measurement: a rate, a size, a time, a share, a ratio, a count of
+# env steps or updates. "4×84×84" and "128 × 32" are shapes, not ratios: "×" or "x" counts only
+# where no digit follows.
+RESULT = re.compile(
+    r"(?<![\w.,/=-])(?P<number>\d[\d,]*(?:\.\d+)?)(?:\s?[kKM])?[\s\u00a0]?"
+    r"(?P<unit>(?:env |learner )?steps/s|(?:env )?steps per second|samples/s|transitions/s|"
+    r"updates/s|obs/s|observations/s|frames/s|requests/s|MB\b|GB\b|GiB\b|MiB\b|KB\b|kB\b|ms\b|"
+    r"µs\b|s\b|seconds\b|min\b|minutes\b|h\b|hours\b|%|[×x](?!\s?\d)(?!\w)|env steps\b|"
+    r"(?:learner )?updates\b)"
+)
+# The numbers listed before a unit share it: "1,918, 1,607 and 1,049 env steps/s", "803 to 1,510".
+CHAINED = re.compile(
+    r"(?<![\w.])(?P<number>\d[\d,]*(?:\.\d+)?)(?:\s?[kKM])?\s*"
+    r"(?:,\s*and\s|,\s|\sand\s|\sto\s|\sagainst\s|\sor\s)\s*$"
+)
+# Not a result of this project: a cited source's figure, a setting (a hyperparameter, a budget's
+# size, a definition), or a figure derived from two referenced ones in the same paragraph (checked).
+MARK = re.compile(r"<!--\s*(?P<kind>out|data|cite|setting|derived)\b(?P<spec>[^>]*?)-->")
+HIDDEN = re.compile(r"<!--.*?-->|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|https?://\S+", re.S)
+DERIVATIONS = (
+    lambda a, b: a / b,
+    lambda a, b: 100 * (a / b - 1),
+    lambda a, b: 100 * (1 - a / b),
+    lambda a, b: a - b,
+)
 
 
 class QuoteError(ValueError):
@@ -180,3 +207,76 @@ def check_notebook(cells: list[Any], data_dir: Path) -> list[str]:
             source = f"{quote.kind}:{quote.spec}"
             wrong.append(f"cell {quote.cell}: {quote.text} ({quote.op}) but {source} gives {shown}")
     return wrong
+
+
+def _masked(text: str) -> str:
+    """``text`` with comments, code spans, math, link targets and URLs blanked (same length)."""
+    return HIDDEN.sub(lambda m: " " * len(m.group()), text)
+
+
+def _paragraphs(source: str) -> list[tuple[int, int]]:
+    """Spans of the paragraphs (and list items' runs of lines) of a markdown text, less the
+    expected-time lines (estimates that ``test_course`` checks on their own)."""
+    spans = [m.span() for m in re.finditer(r"(?:[^\n]|\n(?!\s*\n))+", source)]
+    return [(a, b) for a, b in spans if not source[a:b].lstrip().startswith("*Expected time")]
+
+
+def _results(masked: str, start: int, end: int) -> list[tuple[str, str, int]]:
+    """Each result of ``masked[start:end]``, a ``RESULT`` and the numbers ``CHAINED`` before it:
+    what the reader sees, the number, and where its reference must start (after the unit, or after
+    a listed number)."""
+    found = []
+    for match in RESULT.finditer(masked, start, end):
+        found.append((match.group(), match["number"], match.end()))
+        before = match.start()
+        while chained := CHAINED.search(masked, start, before):
+            found.append((chained["number"], chained["number"], chained.end("number")))
+            before = chained.start()
+    return sorted(found, key=lambda item: item[2])
+
+
+def _derivable(number: str, referenced: list[float]) -> bool:
+    """Whether two of ``referenced`` give ``number`` (at its precision) as a ratio, a percent
+    change or a difference."""
+    quote = Quote(-1, number, "derived", "", "=")
+    return any(
+        holds(quote, abs(f(a, b)))
+        for a in referenced
+        for b in referenced
+        if a != b and b
+        for f in DERIVATIONS
+    )
+
+
+def unreferenced(cells: list[Any]) -> list[str]:
+    """Numbers with a measurement's unit in the markdown (``RESULT``) that carry no reference
+    (``out:``, ``data:``), no ``cite:SOURCE`` and no ``setting`` mark; and numbers marked
+    ``derived`` that no two referenced numbers of their paragraph give. The glossary, which
+    defines rather than reports, is left out."""
+    found = []
+    for index, cell in enumerate(cells):
+        source = cell["source"]
+        if cell["cell_type"] != "markdown" or source.lstrip().startswith("## Glossary"):
+            continue
+        masked = _masked(source)
+        for start, end in _paragraphs(source):
+            referenced = [
+                as_number(ref.group(1))
+                for ref in re.finditer(
+                    r"(" + NUMBER.pattern + r")[^<\d\n]{0,24}?<!--\s*(?:out|data):",
+                    source[start:end],
+                )
+            ]
+            for shown, number, at in _results(masked, start, end):
+                tail = source[at : at + 60]
+                mark = re.match(r"[^<\d\n]{0,24}?" + MARK.pattern, tail)
+                seen = " ".join(masked[max(start, at - 60) : min(end, at + 20)].split())
+                if mark is None or (mark["kind"] == "cite" and not mark["spec"].strip(": ")):
+                    found.append(f"cell {index}: {shown!r} has no reference: ...{seen}...")
+                elif mark["kind"] == "derived" and not _derivable(number, referenced):
+                    given = ", ".join(f"{v:g}" for v in referenced)
+                    found.append(
+                        f"cell {index}: {number} is marked derived, but no two referenced"
+                        f" numbers of its paragraph ({given}) give it"
+                    )
+    return found

@@ -3,12 +3,23 @@ sizes (``workbench.lab.noise_scale``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import sys
+
 import pytest
 import torch
 
 from workbench.lab.noise_scale import noise_estimate, ppo_gradient, ppo_noise_scale
 from workbench.runs.recipes import RECIPES
 from workbench.sampling import make_sampler
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
+
+import noise_scale as bench  # noqa: E402  (the benchmarks folder, as when the script runs)
 
 
 def test_the_two_batch_estimates_recover_a_known_gradient_and_noise():
@@ -51,3 +62,24 @@ def test_a_ppo_run_gives_an_estimate_per_rollout_and_a_positive_noise_scale(one_
     assert [p["update"] for p in trace.points] == [0, 1, 2, 3]
     assert all(p["trace"] > 0 for p in trace.points)  # the per-sample gradients do vary
     assert 0 < trace.noise_scale() < float("inf")
+
+
+def test_the_command_writes_each_recipe_s_noise_scale_by_third_and_its_ratio(tmp_path, capsys):
+    out = tmp_path / "noise.json"
+    argv = ["--recipes", "ppo-cartpole", "--steps", "1536", "--every", "1", "--out", str(out)]
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"ratios: ppo_cartpole_noise_scale_vs_batch=-?\d+\.\d\d", lines[-1])
+    report = json.loads(out.read_text())["recipes"]["ppo-cartpole"]
+    assert report["batch"] == 256 and len(report["points"]) == 6  # 1,536 / 256 rollouts
+    assert len(report["noise_scale_by_third"]) == 3
+
+
+def test_an_unknown_recipe_is_refused_with_the_names_that_exist():
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--recipes", "ppo-cartpol"])
+
+
+def test_a_run_splits_into_thirds_of_at_least_one_row():
+    assert bench.thirds(9) == [(0, 3), (3, 6), (6, 9)]
+    assert bench.thirds(2) == [(0, 1), (1, 2), (1, 2)]

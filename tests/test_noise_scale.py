@@ -11,7 +11,13 @@ import sys
 import pytest
 import torch
 
-from workbench.lab.noise_scale import noise_estimate, ppo_gradient, ppo_noise_scale
+from workbench.lab.noise_scale import (
+    noise_estimate,
+    noise_scale_figure,
+    ppo_gradient,
+    ppo_noise_scale,
+    windowed_noise_scale,
+)
 from workbench.runs.recipes import RECIPES
 from workbench.sampling import make_sampler
 
@@ -83,3 +89,24 @@ def test_an_unknown_recipe_is_refused_with_the_names_that_exist():
 def test_a_run_splits_into_thirds_of_at_least_one_row():
     assert bench.thirds(9) == [(0, 3), (3, 6), (6, 9)]
     assert bench.thirds(2) == [(0, 1), (1, 2), (1, 2)]
+
+
+def test_the_noise_scale_along_a_run_is_the_ratio_of_windowed_means():
+    # Two windows of two: (trace 4 + 12) / (|G|^2 1 + 1) = 8; the second window's mean |G|^2 is
+    # negative (a noisy estimate), so it is left out rather than drawn as a negative scale.
+    points = [
+        {"env_steps": 1, "gradient_sq": 1.0, "trace": 4.0},
+        {"env_steps": 2, "gradient_sq": 1.0, "trace": 12.0},
+        {"env_steps": 3, "gradient_sq": -2.0, "trace": 1.0},
+        {"env_steps": 4, "gradient_sq": 1.0, "trace": 1.0},
+    ]
+    assert windowed_noise_scale(points, window=2) == [{"env_steps": 2, "noise_scale": 8.0}]
+
+
+def test_the_figure_draws_a_panel_per_recipe_with_its_batch_and_the_study_s():
+    points = [{"env_steps": i, "gradient_sq": 1.0, "trace": 100.0} for i in range(20)]
+    record = {"a": {"batch": 256, "points": points}, "b": {"batch": 1024, "points": points}}
+    figure = noise_scale_figure(record, batches={"a": [1024, 4096]})
+    assert len(figure.data) == 2 and list(figure.data[0].y) == [100.0, 100.0]
+    lines = sorted(shape.y0 for shape in figure.layout.shapes)
+    assert lines == [256, 1024, 1024, 4096]  # each recipe's batch, then a's study batches

@@ -25,12 +25,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import plotly.graph_objects as go
 import torch
+from plotly.subplots import make_subplots
 
 from workbench.kernels.losses import clipped_policy_loss, value_loss
 from workbench.lab.curves import study_dir
 
-__all__ = ["NoiseEstimate", "NoiseScaleTrace", "noise_estimate", "ppo_gradient", "ppo_noise_scale"]
+__all__ = [
+    "NoiseEstimate",
+    "NoiseScaleTrace",
+    "noise_estimate",
+    "noise_scale_figure",
+    "ppo_gradient",
+    "ppo_noise_scale",
+    "windowed_noise_scale",
+]
 
 
 @dataclass(frozen=True)
@@ -162,3 +172,71 @@ def ppo_noise_scale(
     run = recipe.make_run(seed, learner=learner, runs_dir=runs_dir, name=f"noise-{recipe.name}")
     run.run(env_steps=total_steps)
     return trace
+
+
+def windowed_noise_scale(
+    points: list[dict[str, float]], window: int = 10
+) -> list[dict[str, float]]:
+    """``B_simple`` along a run: the ratio of the mean ``trace`` to the mean ``gradient_sq`` over
+    each run of ``window`` consecutive estimates (one estimate alone is too noisy, and can be
+    negative), at the window's last env steps. Windows whose mean ``|G|²`` is not positive are
+    left out."""
+    rows = []
+    for end in range(window, len(points) + 1, window):
+        chunk = points[end - window : end]
+        gradient_sq = sum(p["gradient_sq"] for p in chunk) / window
+        trace = sum(p["trace"] for p in chunk) / window
+        if gradient_sq > 0:
+            rows.append({"env_steps": chunk[-1]["env_steps"], "noise_scale": trace / gradient_sq})
+    return rows
+
+
+def noise_scale_figure(
+    recipes: dict[str, dict[str, Any]],
+    *,
+    batches: dict[str, list[int]] | None = None,
+    window: int = 10,
+    title: str | None = None,
+) -> go.Figure:
+    """One panel per recipe of a ``benchmarks/noise_scale.py`` record (``recipes``): ``B_simple``
+    along the run (``windowed_noise_scale``, log axis), the recipe's own batch as a dashed line and
+    each of ``batches[recipe]`` (e.g. the learning-rate study's) as a dotted one: a batch below the
+    curve still buys steps, one far above it mostly buys samples."""
+    names = list(recipes)
+    figure = make_subplots(rows=1, cols=len(names), subplot_titles=names)
+    for col, name in enumerate(names, start=1):
+        result = recipes[name]
+        rows = windowed_noise_scale(result["points"], window)
+        figure.add_trace(
+            go.Scatter(
+                x=[r["env_steps"] for r in rows],
+                y=[r["noise_scale"] for r in rows],
+                mode="lines+markers",
+                name=f"B_simple, {name}",
+                line=dict(color="#1f77b4"),
+            ),
+            row=1,
+            col=col,
+        )
+        figure.add_hline(
+            y=result["batch"],
+            line_dash="dash",
+            line_color="#d62728",
+            annotation_text=f"recipe's batch {result['batch']:,}",
+            row=1,
+            col=col,
+        )
+        for batch in (batches or {}).get(name, []):
+            figure.add_hline(
+                y=batch,
+                line_dash="dot",
+                line_color="#7f7f7f",
+                annotation_text=f"{batch:,}",
+                annotation_position="bottom right",
+                row=1,
+                col=col,
+            )
+    figure.update_yaxes(type="log", title_text="simple noise scale (samples)", col=1)
+    figure.update_xaxes(title_text="env steps")
+    figure.update_layout(title=title, height=380, showlegend=False)
+    return figure

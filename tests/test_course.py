@@ -194,8 +194,9 @@ def term_patterns(term: str) -> list[re.Pattern]:
 
 
 def terms_used(notebook_cells: list) -> list[str]:
-    """The glossary's terms a notebook's text or code uses, in the glossary's order."""
-    text = "\n".join(cell.source for cell in notebook_cells[:-1])
+    """The glossary's terms a notebook's text or code uses, in the glossary's order (not the hidden
+    references' record paths, which a reader never sees)."""
+    text = re.sub(r"<!--.*?-->", " ", "\n".join(c.source for c in notebook_cells[:-1]), flags=re.S)
     return [t for t in GLOSSARY if any(p.search(text) for p in term_patterns(t))]
 
 

@@ -207,3 +207,20 @@ def test_a_derived_number_must_follow_from_two_referenced_ones():
     assert unreferenced([markdown(ratio.format("1.88"))]) == []  # 1510 / 803
     assert unreferenced([markdown(ratio.format("2.10"))]) != []
     assert unreferenced([markdown("a gain of 88%<!--derived--> alone")]) != []
+
+
+def test_a_bound_in_a_reference_is_read_not_cut_at_its_greater_than_sign():
+    (quote,) = quotes([markdown('reached 500<!--out:batches "512x32" >=--> steps')])
+    assert (quote.spec, quote.op) == ('batches "512x32"', ">=")
+
+
+def test_a_long_reference_over_lines_after_the_unit_covers_its_number():
+    text = (
+        "seed 0 reached 18 after 1,583,104 env steps<!--data:learning_ppo_pong_fast.json\n"
+        "recipes.ppo-pong-fast.runs[seed=0].steps_to_target--> on two cores"
+    )
+    assert unreferenced([markdown(text)]) == []
+
+
+def test_a_range_s_first_number_shares_the_unit_of_its_last():
+    assert len(unreferenced([markdown("batch 1 ran 1,350-1,600 env steps/s")])) == 2

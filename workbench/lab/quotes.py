@@ -36,7 +36,8 @@ __all__ = ["Quote", "QuoteError", "check_notebook", "quotes", "resolve", "unrefe
 NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 REFERENCE = re.compile(
     r"(?P<number>[-+−]?\d[\d,]*(?:\.\d+)?)[^<\d\n]{0,24}?"  # the figure, then its unit
-    r"<!--\s*(?P<kind>out|data):(?P<spec>[^>]*?)-->"
+    r"<!--\s*(?P<kind>out|data):(?P<spec>(?:(?!-->).)*?)-->",
+    re.S,
 )
 COMPARISON = re.compile(r"\s+(?P<op>~\d+(?:\.\d+)?%|<=|>=|<|>)\s*$")
 SCALE = re.compile(r"\s+/(?P<divisor>\d+(?:\.\d+)?(?:e\d+)?)$")
@@ -46,20 +47,23 @@ SCALE = re.compile(r"\s+/(?P<divisor>\d+(?:\.\d+)?(?:e\d+)?)$")
 # env steps or updates. "4×84×84" and "128 × 32" are shapes, not ratios: "×" or "x" counts only
 # where no digit follows.
 RESULT = re.compile(
-    r"(?<![\w.,/=-])(?P<number>\d[\d,]*(?:\.\d+)?)(?:\s?[kKM])?[\s\u00a0]?"
+    r"(?<![\w.,/=])(?<![A-Za-z]-)(?P<number>\d[\d,]*(?:\.\d+)?)(?:\s?[kKM])?[\s\u00a0]?"
     r"(?P<unit>(?:env |learner )?steps/s|(?:env )?steps per second|samples/s|transitions/s|"
     r"updates/s|obs/s|observations/s|frames/s|requests/s|MB\b|GB\b|GiB\b|MiB\b|KB\b|kB\b|ms\b|"
     r"µs\b|s\b|seconds\b|min\b|minutes\b|h\b|hours\b|%|[×x](?!\s?\d)(?!\w)|env steps\b|"
     r"(?:learner )?updates\b)"
 )
-# The numbers listed before a unit share it: "1,918, 1,607 and 1,049 env steps/s", "803 to 1,510".
+# The numbers listed before a unit share it: "1,918, 1,607 and 1,049 env steps/s", "803 to 1,510",
+# "1,350-1,600 steps/s".
 CHAINED = re.compile(
     r"(?<![\w.])(?P<number>\d[\d,]*(?:\.\d+)?)(?:\s?[kKM])?\s*"
-    r"(?:,\s*and\s|,\s|\sand\s|\sto\s|\sagainst\s|\sor\s)\s*$"
+    r"(?:,\s*and\s|,\s|\sand\s|\sto\s|\sagainst\s|\sor\s|\s?[-–]\s?)\s*$"
 )
 # Not a result of this project: a cited source's figure, a setting (a hyperparameter, a budget's
 # size, a definition), or a figure derived from two referenced ones in the same paragraph (checked).
-MARK = re.compile(r"<!--\s*(?P<kind>out|data|cite|setting|derived)\b(?P<spec>[^>]*?)-->")
+MARK = re.compile(
+    r"<!--\s*(?P<kind>out|data|cite|setting|derived)\b(?P<spec>(?:(?!-->).)*?)-->", re.S
+)
 HIDDEN = re.compile(r"<!--.*?-->|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|https?://\S+", re.S)
 DERIVATIONS = (
     lambda a, b: a / b,
@@ -268,8 +272,8 @@ def unreferenced(cells: list[Any]) -> list[str]:
                 )
             ]
             for shown, number, at in _results(masked, start, end):
-                tail = source[at : at + 60]
-                mark = re.match(r"[^<\d\n]{0,24}?" + MARK.pattern, tail)
+                tail = source[at : at + 600]  # a reference may run over lines
+                mark = re.match(r"[^<\d\n]{0,24}?" + MARK.pattern, tail, re.S)
                 seen = " ".join(masked[max(start, at - 60) : min(end, at + 20)].split())
                 if mark is None or (mark["kind"] == "cite" and not mark["spec"].strip(": ")):
                     found.append(f"cell {index}: {shown!r} has no reference: ...{seen}...")

@@ -1,7 +1,6 @@
 """SEED's batching trade-off (``lab.seed_latency`` and ``benchmarks/seed_latency.py``) at a tiny
 size: each (batch, timeout) is measured with its own server settings, and the command writes its
-table, JSON and ratios line. No timing is asserted beyond what the settings force. The cost of a
-million frames, SEED against IMPALA-style actors, is computed from the central-inference record."""
+table, JSON and ratios line. No timing is asserted beyond what the settings force."""
 
 from __future__ import annotations
 
@@ -12,12 +11,7 @@ import sys
 
 import pytest
 
-from workbench.lab.seed_latency import (
-    cost_figure,
-    costs_per_million_frames,
-    latency_figure,
-    latency_sweep,
-)
+from workbench.lab.seed_latency import latency_figure, latency_sweep
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
@@ -105,31 +99,3 @@ def test_the_command_sweeps_each_actor_count_with_the_batches_that_can_fill(tmp_
         (2, 2),
     ]
     assert report["actor_counts"] == [1, 2] and report["num_actors"] == 2
-
-
-def test_a_million_frames_cost_the_cpu_and_memory_their_steps_took():
-    # 1e6 frames are 250,000 env steps (frame skip 4): at 1 ms of CPU a step, 250 core-seconds;
-    # two actors of 512 MB held for 250,000 / 1,000 steps/s = 250 s, 250 GB-seconds.
-    record = {
-        "rows": [
-            {
-                "num_actors": 2,
-                "seed": {"steps_per_second": 1000.0, "cpu_ms_per_step": 1.0, "actor_rss_mb": 512},
-                "impala": {"steps_per_second": 500.0, "cpu_ms_per_step": 2.0, "actor_rss_mb": 512},
-            }
-        ]
-    }
-    seed, impala = costs_per_million_frames(record)
-    assert (seed["system"], seed["core_seconds"], seed["gb_seconds"]) == ("seed", 250.0, 250.0)
-    assert (impala["core_seconds"], impala["gb_seconds"]) == (500.0, 500.0)
-
-
-def test_the_cost_figure_draws_both_systems_on_both_costs():
-    path = os.path.join(
-        os.path.dirname(os.path.dirname(__file__)), "data", "central_inference.json"
-    )
-    with open(path) as file:
-        record = json.load(file)
-    figure = cost_figure(costs_per_million_frames(record))
-    assert len(figure.data) == 4 and {t.legendgroup for t in figure.data} == {"seed", "impala"}
-    assert [list(t.x) for t in figure.data][0] == [r["num_actors"] for r in record["rows"]]

@@ -7,9 +7,7 @@ inference pay). A larger batch shares one forward pass among more env steps; a l
 batches fill but holds every request in them. :func:`latency_sweep` measures SEED at one actor
 count for each pair of the two (``central_inference.measure_seed``: local env-only actor processes,
 the server in this process), and :func:`latency_figure` draws the latency percentiles and the
-throughput against the batch size, a line per timeout. :func:`costs_per_million_frames` turns
-``benchmarks/central_inference.py``'s record into the paper's other axis, what a million frames
-costs as actors grow, SEED against IMPALA-style actors.
+throughput against the batch size, a line per timeout.
 """
 
 from __future__ import annotations
@@ -30,14 +28,7 @@ from workbench.lab.central_inference import (
 )
 from workbench.progress import each
 
-__all__ = [
-    "cost_figure",
-    "costs_per_million_frames",
-    "latency_figure",
-    "latency_sweep",
-    "recorded_latency",
-    "tradeoff_figure",
-]
+__all__ = ["latency_figure", "latency_sweep", "recorded_latency", "tradeoff_figure"]
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 
@@ -204,65 +195,4 @@ def tradeoff_figure(rows: Sequence[dict[str, Any]], *, title: str | None = None)
     figure.update_xaxes(title_text="p99 latency an actor waits, ms", rangemode="tozero")
     figure.update_yaxes(title_text="env steps / s", rangemode="tozero")
     figure.update_layout(title=title, height=400)
-    return figure
-
-
-FRAMES_PER_STEP = 4  # an Atari env step is 4 emulator frames (frame skip 4)
-
-
-def costs_per_million_frames(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """What a million frames cost each system at each actor count of a ``central_inference``
-    record (Espeholt et al. 2020, Sec. 4.3 and Table 3 price the same thing in dollars): the CPU
-    time of all its processes (``cpu_ms_per_step``: actors, and for SEED the server) in
-    core-seconds, and the actors' resident memory held for that long, in GB-seconds. One row per
-    count and system: ``num_actors``, ``system``, ``core_seconds``, ``gb_seconds``,
-    ``steps_per_second``."""
-    rows = []
-    for row in record["rows"]:
-        for system in ("seed", "impala"):
-            result = row[system]
-            steps = 1e6 / FRAMES_PER_STEP
-            seconds = steps / result["steps_per_second"]
-            memory_gb = row["num_actors"] * result["actor_rss_mb"] / 1024
-            rows.append(
-                {
-                    "num_actors": row["num_actors"],
-                    "system": system,
-                    "core_seconds": result["cpu_ms_per_step"] / 1000 * steps,
-                    "gb_seconds": memory_gb * seconds,
-                    "steps_per_second": result["steps_per_second"],
-                }
-            )
-    return rows
-
-
-def cost_figure(rows: Sequence[dict[str, Any]], *, title: str | None = None) -> go.Figure:
-    """Core-seconds and GB-seconds of actor memory per million frames against actors (log axis),
-    SEED against IMPALA-style actors (``costs_per_million_frames``)."""
-    figure = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=("CPU: core-seconds per million frames", "actors' memory: GB-seconds"),
-    )
-    names = {"seed": "SEED (env-only actors, one server)", "impala": "IMPALA-style actors"}
-    for index, system in enumerate(("seed", "impala")):
-        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["num_actors"])
-        for col, key in ((1, "core_seconds"), (2, "gb_seconds")):
-            figure.add_trace(
-                go.Scatter(
-                    x=[r["num_actors"] for r in mine],
-                    y=[r[key] for r in mine],
-                    mode="lines+markers",
-                    name=names[system],
-                    legendgroup=system,
-                    showlegend=col == 1,
-                    line=dict(color=COLORS[index]),
-                ),
-                row=1,
-                col=col,
-            )
-    counts = sorted({r["num_actors"] for r in rows})
-    figure.update_xaxes(type="log", tickvals=counts, title_text="actors")
-    figure.update_yaxes(rangemode="tozero")
-    figure.update_layout(title=title, height=360)
     return figure

@@ -173,6 +173,29 @@ def test_a_bfloat16_channels_last_impala_update_takes_the_float32_step_up_to_rou
         assert fast[key] == pytest.approx(plain[key], rel=0.05, abs=1e-3), key
 
 
+def test_the_learning_rate_falls_linearly_to_zero_over_anneal_updates_and_resumes_there():
+    # IMPALA anneals its rate to 0 over the run (Espeholt et al. 2018, App. G): 4 updates at
+    # 1e-3 take 1e-3, 7.5e-4, 5e-4, 2.5e-4, and a learner restored after 2 goes on at 5e-4.
+    config = IMPALAConfig(learning_rate=1e-3, anneal_updates=4)
+    learner = IMPALA(ActorCritic((4,), 2), config)
+    rates = [learner.update(_unroll_batch())["charts/learning_rate"] for _ in range(4)]
+    assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    assert learner.learning_rate == 0.0
+    resumed = IMPALA(ActorCritic((4,), 2), config)
+    fresh = IMPALA(ActorCritic((4,), 2), config)
+    fresh.update(_unroll_batch())
+    fresh.update(_unroll_batch())
+    resumed.load_state_dict(fresh.state_dict())
+    assert resumed.update(_unroll_batch())["charts/learning_rate"] == pytest.approx(5e-4)
+
+
+def test_a_constant_rate_is_the_default_and_a_bad_anneal_names_the_fix():
+    learner = IMPALA(ActorCritic((4,), 2), IMPALAConfig(learning_rate=1e-3))
+    assert [learner.update(_unroll_batch())["charts/learning_rate"] for _ in range(2)] == [1e-3] * 2
+    with pytest.raises(ValueError, match="anneal_updates must be a positive int"):
+        IMPALAConfig(anneal_updates=0)
+
+
 def test_the_impala_learner_refuses_a_batch_without_behaviour_log_probabilities():
     batch = _unroll_batch()
     del batch["logp"]

@@ -63,6 +63,10 @@ class IMPALAConfig(Precision):
     """T: agent steps per unroll (the unroll holds T + 1 observations)."""
     batch_size: int = 32
     """Unrolls per learner update (B)."""
+    anneal_updates: int | None = None
+    """The learning rate falls linearly from ``learning_rate`` to 0 over this many updates, as
+    IMPALA's (Espeholt et al. 2018, App. G: annealed over the run's frames; each update here
+    learns ``T * B`` env steps once). None: constant."""
 
     def __post_init__(self) -> None:
         self.check_fields()
@@ -79,6 +83,13 @@ class IMPALAConfig(Precision):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.anneal_updates is not None and (
+            not isinstance(self.anneal_updates, int) or self.anneal_updates < 1
+        ):
+            raise ValueError(
+                f"anneal_updates must be a positive int (updates to anneal over) or None, got "
+                f"{self.anneal_updates!r}"
+            )
 
 
 class IMPALA:
@@ -115,8 +126,8 @@ class IMPALA:
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One gradient step on a time-major batch of unrolls (``[T + 1, B, ...]``, the keys of
         ``UNROLL_KEYS``). Keys: ``losses/total``, ``losses/policy``, ``losses/value``,
-        ``losses/entropy``, ``charts/grad_norm``, ``charts/mean_rho`` (the importance weights
-        pi / mu before clipping) and ``charts/clipped_rho_fraction``."""
+        ``losses/entropy``, ``charts/grad_norm``, ``charts/learning_rate``, ``charts/mean_rho``
+        (the importance weights pi / mu before clipping) and ``charts/clipped_rho_fraction``."""
         c, reduce = self.config, self.reduction
         missing = [key for key in UNROLL_KEYS if key not in batch]
         if missing:
@@ -164,6 +175,8 @@ class IMPALA:
         baseline_loss = reduce.mean(0.5 * (returns.vs - values[:-1]).pow(2))
         entropy = reduce.mean(dist.entropy())
         loss = pg_loss + c.baseline_cost * baseline_loss - c.entropy_cost * entropy
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
         grad_norm = self.gradient_step.step(loss, reduce)
         self.num_updates += 1
         with torch.no_grad():
@@ -176,9 +189,18 @@ class IMPALA:
             "losses/value": float(baseline_loss.detach()),
             "losses/entropy": float(entropy.detach()),
             "charts/grad_norm": grad_norm,
+            "charts/learning_rate": self.optimizer.param_groups[0]["lr"],
             "charts/mean_rho": mean_rho,
             "charts/clipped_rho_fraction": clipped,
         }
+
+    @property
+    def learning_rate(self) -> float:
+        """The rate of the next update: ``learning_rate``, annealed by ``anneal_updates``."""
+        c = self.config
+        if c.anneal_updates is None:
+            return c.learning_rate
+        return c.learning_rate * max(0.0, 1.0 - self.num_updates / c.anneal_updates)
 
     def state_dict(self) -> dict[str, Any]:
         return {

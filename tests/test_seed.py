@@ -222,11 +222,28 @@ def test_on_policy_unrolls_have_importance_weights_of_one():
         (dict(transport="grpc"), "transport"),
         (dict(num_actors=0), "num_actors"),
         (dict(num_actors=4, max_actors=2), "max_actors"),
+        (dict(replay_ratio=0.5), "at least 1 for V-trace"),
+        (dict(replay_unrolls=0), "replay_unrolls"),
     ],
 )
 def test_bad_seed_configs_name_the_fix(bad, match):
     with pytest.raises(ValueError, match=match):
         SeedConfig(**bad)
+
+
+def test_a_replay_ratio_of_two_learns_each_unroll_twice_in_half_the_env_steps(tmp_path):
+    # seed-vtrace-cartpole: B = 8 unrolls of T = 5 steps. Each unroll learned once, an update takes
+    # 40 env steps; at ratio 2 it takes 4 fresh unrolls (20 env steps) and replays 4 earlier ones.
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport="serial")
+    once = Seed(config, runs_dir=tmp_path, log_interval=60.0)
+    once.run(env_steps=4000)
+    twice = Seed(replace(config, replay_ratio=2.0), runs_dir=tmp_path, log_interval=60.0)
+    twice.run(env_steps=4000)
+    assert once.updates == pytest.approx(4000 / 40, abs=2)
+    assert twice.updates == pytest.approx(4000 / 20, abs=3)
+    learned = twice.learning.windows_learned.sum()  # fresh unrolls: each counted once
+    assert learned == pytest.approx(twice.learning.assembler.windows_made, abs=8)
+    assert metric_rows(twice)[-1]["seed/replayed_fraction"] == 0.5
 
 
 def test_a_serial_seed_run_is_deterministic(tmp_path):

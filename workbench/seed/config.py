@@ -49,10 +49,16 @@ class SeedConfig:
     model_options: dict = field(default_factory=dict)
     """Keyword arguments of the model (``ActorCritic`` or ``RecurrentQNetwork``)."""
     replay_ratio: float = 1.0
-    """R2D2: sequences trained per sequence assembled, held from both sides by a
+    """Windows trained per window assembled. R2D2: sequences, held from both sides by a
     ``replay.RateLimiter``: never more, and when the learner falls more than ``max_updates_behind``
     updates behind, the actors wait for it (so env steps per update do not depend on the machine;
-    SEED's learner runs free on its accelerator)."""
+    SEED's learner runs free on its accelerator). V-trace: each update takes
+    ``ceil(batch_size / replay_ratio)`` fresh unrolls in order of arrival and fills its batch
+    from the last ``replay_unrolls`` learned, drawn uniformly, so every unroll is learned about
+    ``replay_ratio`` times while V-trace corrects the older ones' policy lag (IMPALA's replay
+    experiments, Espeholt et al. 2018, Sec. 5.2). 1: each unroll once, no replay."""
+    replay_unrolls: int = 256
+    """V-trace with ``replay_ratio > 1``: the unrolls kept for replay, newest first out last."""
     max_updates_behind: int = 2
     """R2D2: updates the learner may owe before the actors wait for it."""
     min_replay_sequences: int = 64
@@ -76,6 +82,14 @@ class SeedConfig:
             raise ValueError(
                 f"max_actors ({self.max_actors}) must be at least num_actors ({self.num_actors})"
             )
+        least = 1.0 if self.algorithm == "vtrace" else 0.0  # V-trace learns each unroll once
+        if not (self.replay_ratio > 0 and self.replay_ratio >= least):
+            raise ValueError(
+                "replay_ratio is windows trained per window assembled: positive, and at least 1 "
+                f"for V-trace (each unroll learned once, then replayed); got {self.replay_ratio!r}"
+            )
+        if not isinstance(self.replay_unrolls, int) or self.replay_unrolls < 1:
+            raise ValueError(f"replay_unrolls must be a positive int, got {self.replay_unrolls!r}")
         if self.learner_node is not None and self.transport != "ray":
             raise ValueError(
                 f"learner_node places the learner's Ray actor; it needs transport='ray', not "

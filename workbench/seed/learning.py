@@ -10,7 +10,8 @@ that host's state, in one process:
    and an ``EpisodeLog`` of returns;
 4. for R2D2, a prioritized ``replay.SequenceReplay`` (initial priorities from the actor-side
    network, Sec. 2.3 of Kapturowski et al. 2019) and a ``replay.RateLimiter`` holding sequences
-   trained per sequence assembled.
+   trained per sequence assembled; for V-trace with ``replay_ratio > 1``, the last unrolls learned,
+   from which each update fills the part of its batch that fresh unrolls do not.
 
 ``Seed`` holds one in its own process for the serial and local transports, and the Ray transport
 runs one inside the learner's Ray actor (``transports.ray_learner``): either way the run calls
@@ -19,7 +20,9 @@ runs one inside the learner's Ray actor (``transports.ray_learner``): either way
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import math
 import threading
 from typing import Any
 
@@ -86,6 +89,9 @@ class SeedLearning:
             length = c.unroll_length + 1
             self.assembler = TrajectoryAssembler(config.slots, length, length - 1)
             self.target_metric = "charts/mean_return"
+            self.fresh_per_update = math.ceil(c.batch_size / config.replay_ratio)
+            self.recent_unrolls: collections.deque = collections.deque(maxlen=config.replay_unrolls)
+            self.replay_rng = np.random.default_rng(config.seed)
         else:
             # Reentrant: a learner that fell behind the replay ratio holds it through a whole
             # update (learn), and R2D2's gradient step takes it again around the optimizer's step.
@@ -153,13 +159,27 @@ class SeedLearning:
         the rate limiter allows. Returns the update's metrics, or None when there was nothing to
         learn from (the caller lets the envs move on: ``SeedTransport.advance``)."""
         if self.config.algorithm == "vtrace":
-            windows = self.assembler.take(self.learner_config.batch_size, timeout=wait_seconds)
-            if windows is None:
-                return None
-            batch = stack_windows(windows)
-            np.add.at(self.windows_learned, batch["slot"], 1)
-            return self.learner.update(batch)
+            return self._learn_vtrace(wait_seconds)
         return self._learn_r2d2(wait_seconds)
+
+    def _learn_vtrace(self, wait_seconds: float) -> dict[str, float] | None:
+        size = self.learner_config.batch_size
+        replayed_count = size - self.fresh_per_update
+        if len(self.recent_unrolls) < replayed_count:
+            replayed_count = 0  # until the replay holds a batch's share: fresh unrolls only
+        fresh = self.assembler.take(size - replayed_count, timeout=wait_seconds)
+        if fresh is None:
+            return None
+        replayed = []
+        if replayed_count:
+            picks = self.replay_rng.integers(len(self.recent_unrolls), size=replayed_count)
+            replayed = [self.recent_unrolls[i] for i in picks]
+        np.add.at(self.windows_learned, [w["slot"] for w in fresh], 1)
+        metrics = self.learner.update(stack_windows(fresh + replayed))
+        if self.config.replay_ratio > 1:
+            self.recent_unrolls.extend(fresh)
+        metrics["seed/replayed_fraction"] = replayed_count / size
+        return metrics
 
     def _learn_r2d2(self, wait_seconds: float) -> dict[str, float] | None:
         c = self.learner_config

@@ -5,6 +5,7 @@ recipe's learning claim (475 within 300k env steps) is notebook 07's checked cel
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from dataclasses import replace
 
@@ -21,6 +22,8 @@ from workbench.seed import (
     EpisodeLog,
     Seed,
     SeedConfig,
+    SeedLearning,
+    SerialActors,
     TrajectoryAssembler,
     stack_windows,
 )
@@ -244,6 +247,40 @@ def test_a_replay_ratio_of_two_learns_each_unroll_twice_in_half_the_env_steps(tm
     learned = twice.learning.windows_learned.sum()  # fresh unrolls: each counted once
     assert learned == pytest.approx(twice.learning.assembler.windows_made, abs=8)
     assert metric_rows(twice)[-1]["seed/replayed_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("ratio, held", [(2.0, [True, False, False]), (1.0, [False, False])])
+def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(ratio, held):
+    # 4 CartPole envs queue 20 unrolls (T = 5). At ratio 2 an update takes 4 fresh ones once the
+    # replay holds 4 (the first takes 8): after the first, 12 wait, 3 updates' worth (> 2), so
+    # the server waits for it; after the next two, 8 and 4. At ratio 1 (two updates of 8) the
+    # learner never holds it.
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, replay_ratio=ratio)
+    learning = SeedLearning(config)
+    with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
+        while learning.assembler.queued < 20:
+            actors.step()
+    seen = []
+    update = learning.learner.update
+
+    def watched(batch):
+        free = []  # can another thread (the server's) take the lock while this update runs?
+
+        def probe():
+            if learning.lock.acquire(blocking=False):
+                learning.lock.release()
+                free.append(True)
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        seen.append(not free)
+        return update(batch)
+
+    learning.learner.update = watched
+    for _ in range(3):
+        learning.learn(0.0)
+    assert seen == held
 
 
 def test_a_serial_seed_run_is_deterministic(tmp_path):

@@ -60,7 +60,8 @@ class SeedConfig:
     replay_unrolls: int = 256
     """V-trace with ``replay_ratio > 1``: the unrolls kept for replay, newest first out last."""
     max_updates_behind: int = 2
-    """R2D2: updates the learner may owe before the actors wait for it."""
+    """Updates the learner may owe before the actors wait for it (R2D2; V-trace with
+    ``replay_ratio > 1``, whose fresh unrolls would otherwise queue without bound and age)."""
     min_replay_sequences: int = 64
     """R2D2: sequences in replay before the first update."""
     seed: int = 0

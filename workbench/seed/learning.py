@@ -80,7 +80,8 @@ class SeedLearning:
         self.windows_learned = np.zeros(config.slots, dtype=np.int64)
         """Windows (unrolls, sequences) each slot gave the learner (R2D2: into its replay)."""
         if config.algorithm == "vtrace":
-            self.lock = threading.Lock()
+            # Reentrant, as R2D2's: a learner behind its replay ratio holds it through an update.
+            self.lock = threading.RLock()
             self.model = ActorCritic(self.obs_shape, self.num_actions, **config.model_options).to(
                 self.device
             )
@@ -175,7 +176,13 @@ class SeedLearning:
             picks = self.replay_rng.integers(len(self.recent_unrolls), size=replayed_count)
             replayed = [self.recent_unrolls[i] for i in picks]
         np.add.at(self.windows_learned, [w["slot"] for w in fresh], 1)
-        metrics = self.learner.update(stack_windows(fresh + replayed))
+        # Reusing unrolls makes each update take fewer fresh ones; a learner that owes more than
+        # max_updates_behind updates' worth holds the server's lock through this one, so the
+        # actors wait instead of queueing unrolls that age (R2D2's rule below, from the other side).
+        owed = self.assembler.queued / self.fresh_per_update
+        behind = self.config.replay_ratio > 1 and owed > self.config.max_updates_behind
+        with self.lock if behind else contextlib.nullcontext():
+            metrics = self.learner.update(stack_windows(fresh + replayed))
         if self.config.replay_ratio > 1:
             self.recent_unrolls.extend(fresh)
         metrics["seed/replayed_fraction"] = replayed_count / size

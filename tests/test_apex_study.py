@@ -208,11 +208,15 @@ def test_wait_for_row_says_when_the_apex_run_ended_first(tmp_path):
 
 
 def test_return_over_time_runs_each_count_for_its_time_and_keeps_its_replay_ratio(tmp_path):
-
-    (one,) = return_over_time((1,), 6.0, target=-1.0, config=small_config(), runs_dir=str(tmp_path))
+    # The study's clock is wall time from the run's start, actor start-up included (Ape-X's Fig. 5
+    # is drawn against wall time); 15 s leave a busy machine time to start an actor process and
+    # learn (6 s did not, once in a loop under load: the actor had sent nothing).
+    (one,) = return_over_time(
+        (1,), 15.0, target=-1.0, config=small_config(), runs_dir=str(tmp_path)
+    )
     assert one.num_actors == 1 and one.transitions > 0 and one.samples_trained > 0
     assert one.replay_ratio == pytest.approx(one.samples_trained / one.transitions)
-    assert one.seconds == sorted(one.seconds) and 3.0 < one.seconds[-1] < 30.0
+    assert one.seconds == sorted(one.seconds) and 3.0 < one.seconds[-1] < 40.0
     assert one.seconds_to_target == one.seconds[0]  # every return is >= -1
     assert wait_gone(list(live_children())) == [], "an actor or the replay process outlived the run"
 

@@ -381,12 +381,11 @@ RECIPES: dict[str, Recipe] = {
             env_id="ALE/Pong-v5",
             algorithm=PPO,
             config=PPOConfig(
-                # 5e-4, twice CleanRL's, annealed to 0 over the budget as CleanRL's is. With
-                # CleanRL's rate and network (small CNN at 84x84) seed 0 was still at -11 after
-                # 2.2M env steps (21 minutes; data/learning_ppo_pong_fast_v1.json). Held constant,
-                # 5e-4 took seed 0 to 18 within 11 minutes, yet it ended its 30 at 17.65, and seed 1
-                # never reached 18 (data/learning_ppo_pong_fast_constant_lr.json): the annealed
-                # rate sharpens the policy late.
+                # 5e-4, twice CleanRL's, annealed to 0 over the budget as CleanRL's is. CleanRL's
+                # rate and small CNN at 84x84 left seed 0 at -11 after 2.2M env steps (21 min,
+                # learning_ppo_pong_fast_v1.json). Held constant, 5e-4 took seed 0 to 18 in 11 min
+                # but it ended its 30 at 17.65; seed 1 never reached 18 (..._constant_lr.json).
+                # The annealed rate sharpens the policy late.
                 learning_rate=5e-4,
                 anneal_lr=True,
                 gamma=0.99,

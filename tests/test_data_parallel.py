@@ -76,7 +76,8 @@ PPO_CONFIG = PPOConfig(num_epochs=2, num_minibatches=2, normalize_advantages=Tru
 N = 32  # transitions per DQN batch: 16 per learner
 # The target network is copied at every update, so the second update's targets come from it.
 DQN_CONFIG = DQNConfig(learning_rate=1e-3, n_step=3, double=True, target_update_interval=1)
-IMPALA_CONFIG = IMPALAConfig(learning_rate=1e-3, unroll_length=T, batch_size=B)
+# Annealed over 4 updates, so the two updates below run at two different rates on every replica.
+IMPALA_CONFIG = IMPALAConfig(learning_rate=1e-3, unroll_length=T, batch_size=B, anneal_updates=4)
 
 
 def make_model(seed: int = 0) -> ActorCritic:
@@ -273,6 +274,7 @@ def test_two_gloo_impala_learners_make_the_single_learner_update(impala_pair):
         assert_same_metrics(expected, got)
     assert expected["charts/clipped_rho_fraction"] > 0  # the clipping was exercised
     assert parallel.num_updates == single.num_updates == 2
+    assert parallel.learning_rate == single.learning_rate == 1e-3 * (1 - 2 / 4)
     state = parallel.state_dict()
     assert state["num_updates"] == single.num_updates
     for key, value in state["model"].items():

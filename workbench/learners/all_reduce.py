@@ -183,7 +183,8 @@ class LearnerSpec:
     timeout: float
 
 
-# Attributes of the learner that the caller's copy mirrors after each update.
+# Attributes of the learner that the caller's copy mirrors after each update (those the learner
+# stores; a read-only property, such as IMPALA's annealed rate, follows from the counters).
 MIRRORED = ("num_updates", "num_gradient_steps", "learning_rate")
 # Schedules the caller's copy holds and every replica applies before each update.
 SCHEDULES = (("progress", "set_progress"), ("base_learning_rate", "set_learning_rate"))
@@ -282,7 +283,7 @@ def _update(learner: Any, rank: int, schedules: dict, batch: Any, model_out: dic
     return {
         "metrics": metrics,
         "priorities": None if priorities is None else torch.as_tensor(priorities).cpu(),
-        "mirrored": {name: getattr(learner, name) for name in MIRRORED if hasattr(learner, name)},
+        "mirrored": {name: getattr(learner, name) for name in MIRRORED if name in vars(learner)},
     }
 
 

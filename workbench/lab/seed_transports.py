@@ -22,6 +22,7 @@ excess over the server's latency is the per-request overhead of the hop
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -151,7 +152,9 @@ def _measure_local(
 ) -> TransportResult:
     started = time.perf_counter()
     with torch_threads(settings.server_threads):
-        server = InferenceServer(SampledPolicy(model), batch, timeout, device=settings.device)
+        # The server serves a copy on its device; the caller's model stays where it is.
+        served = copy.deepcopy(model).to(settings.device)
+        server = InferenceServer(SampledPolicy(served), batch, timeout, device=settings.device)
         actors = LocalActors(
             server,
             env_id,

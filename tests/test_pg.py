@@ -420,27 +420,32 @@ def test_unknown_autocast_names_the_choices(config_class):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale():
-    """A GradScaler starts at 2**16 and skips each step whose float16 gradients overflow (on a lent
-    H100, 2026-11-26: the first of four, the scale 32768 after, the value loss then 10-19% off the
-    float32 update's). So the float16 learner calibrates its scale on one update, the float32 one
-    takes its whole state, and the next update of each is compared."""
+    """A GradScaler starts at 2**16 and skips each step whose float16 gradients overflow. On lent
+    GPUs, 2026-11-26: over one update of four steps the first was skipped (the scale 32768 after)
+    and the value loss came out 10-19% off float32's (bfloat16's, with no step skipped, up to 3%),
+    and after a calibrating update a second four-step update still missed 2%: the average over
+    steps drifts with the parameters. So the float16 learner finds its scale over three one-step
+    updates, the float32 one takes its whole state, and one step of each from those same
+    parameters and Adam state is compared: the loss at the same parameters, the step's direction."""
     torch.manual_seed(0)
     model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
-    config = PPOConfig(num_epochs=2, num_minibatches=2)
+    config = PPOConfig(num_epochs=1, num_minibatches=1)
     mixed = PPO(
         copy.deepcopy(model),
         dataclasses.replace(config, autocast="float16", channels_last=True),
         device="cuda",
     )
-    mixed.update(image_rollout(model, seed=1))  # finds the loss scale
+    for seed in (1, 2, 3):
+        mixed.update(image_rollout(model, seed=seed))  # finds the loss scale
     scale = mixed.gradient_step.scaler.get_scale()
     reference = PPO(copy.deepcopy(model), config, device="cuda")
     reference.load_state_dict(mixed.state_dict())
     before = parameters(reference.model)
     rollout = image_rollout(model)
     expected, got = reference.update(rollout), mixed.update(rollout)
-    assert mixed.gradient_step.scaler.get_scale() == scale  # no step of this update was skipped
-    assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=2e-2)
+    assert mixed.gradient_step.scaler.get_scale() == scale  # this step was taken, not skipped
+    assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=1e-2)
+    assert got["charts/grad_norm"] == pytest.approx(expected["charts/grad_norm"], rel=2e-2)
     cosine = torch.nn.functional.cosine_similarity(
         step_of(before, mixed.model), step_of(before, reference.model), dim=0
     )

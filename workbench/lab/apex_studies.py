@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import plotly.graph_objects as go
+
 from workbench.apex import Apex, ApexConfig
 from workbench.apex.recipes import APEX_CARTPOLE_AGENT
 from workbench.lab.curves import study_dir
@@ -19,6 +21,8 @@ __all__ = [
     "ApexThroughput",
     "apex_cartpole_config",
     "apex_throughput",
+    "ideas_figure",
+    "ideas_summary",
     "return_over_time",
 ]
 
@@ -244,3 +248,70 @@ def return_over_time(
             )
         )
     return results
+
+
+# One colour per variant of benchmarks/apex_ideas.py: the paper's design first.
+IDEA_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+
+
+def ideas_summary(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per variant of a ``benchmarks/apex_ideas.py`` record (its ``runs``), in the record's order:
+    the seeds that reached the target, how many ran, and the median env steps and seconds to it
+    over those that reached it (None when none did)."""
+    variants: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        variants.setdefault(run["variant"], []).append(run)
+    rows = []
+    for name, group in variants.items():
+        reached = [r for r in group if r["steps_to_target"] is not None]
+        rows.append(
+            {
+                "variant": name,
+                "reached": len(reached),
+                "seeds": len(group),
+                "median_steps": _median([r["steps_to_target"] for r in reached]),
+                "median_seconds": _median([r["seconds_to_target"] for r in reached]),
+            }
+        )
+    return rows
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def ideas_figure(
+    runs: Sequence[dict[str, Any]], *, target: float | None = None, title: str | None = None
+) -> go.Figure:
+    """Return of the actor exploring least against env steps, one colour per variant of a
+    ``benchmarks/apex_ideas.py`` record and one line per seed, the target dashed: the paper's
+    design against each idea switched off (Horgan et al. 2018, Sec. 3)."""
+    figure = go.Figure()
+    names = list(dict.fromkeys(run["variant"] for run in runs))
+    for name, color in zip(names, IDEA_COLORS * (1 + len(names) // len(IDEA_COLORS))):
+        for index, run in enumerate(r for r in runs if r["variant"] == name):
+            points = [p for p in run["curve"] if p["mean_return"] is not None]
+            figure.add_trace(
+                go.Scatter(
+                    x=[p["env_steps"] for p in points],
+                    y=[p["mean_return"] for p in points],
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=index == 0,
+                    line=dict(color=color, width=1.5),
+                    hovertext=f"{name}, seed {run['seed']}",
+                )
+            )
+    if target is not None:
+        figure.add_hline(y=target, line_dash="dash", line_color="#7f7f7f")
+    figure.update_xaxes(title_text="env steps (all actors)")
+    figure.update_yaxes(title_text="return, actor exploring least")
+    figure.update_layout(title=title, height=380)
+    return figure

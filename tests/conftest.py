@@ -57,6 +57,31 @@ def pytest_sessionstart(session):
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class FileSeconds:
+    """Where the suite's time went, per test file and notebook (setup, call and teardown), printed
+    after the run: the figures each CPU's suite time is cut by (``docs/long_checks.md``). A plugin
+    of its own, not conftest hooks, so that it also sees the notebooks' items."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        path = report.nodeid.split("::")[0]
+        self.seconds[path] = self.seconds.get(path, 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.seconds:
+            return
+        terminalreporter.section("seconds per file")
+        for path, seconds in sorted(self.seconds.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+        terminalreporter.write_line(f"{sum(self.seconds.values()):8.1f} s  in all")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(FileSeconds(), "workbench-file-seconds")
+
+
 def start_private_ray(start, **options):
     """``start(**options)`` (``cluster.local_ray`` or ``cluster.simulated_cluster``), once more if
     the raylet missed Ray's fixed start window on a loaded machine."""

@@ -14,13 +14,19 @@ import dataclasses
 import pytest
 import torch
 
-from workbench.learners import PPO, PPOConfig, choose_precision
+from workbench.learners import PPO, DQNConfig, PPOConfig, choose_precision
 from workbench.learners import precision as precision_module
 from workbench.models import ActorCritic
 from workbench.rollout import Rollout
 from workbench.runs import levers as levers_module
 from workbench.runs import recipes as recipes_module
-from workbench.runs.levers import LEARNER_BOUND, choose_threads, collector_rate
+from workbench.runs.levers import (
+    DOUBLE_DQN_PASSES,
+    LEARNER_BOUND,
+    choose_threads,
+    collector_rate,
+    learner_work,
+)
 from workbench.runs.recipes import RECIPES
 
 FAST = RECIPES["ppo-pong-fast"]
@@ -72,6 +78,20 @@ def test_a_second_thread_goes_to_the_learner_only_where_it_bounds_the_run():
     assert choose_threads(1_925, 2_543, cores=2) == 1  # bf16 EPYC: 0.76, about even
     assert choose_threads(852, 2_445, cores=1) == 1  # no second core to give
     assert choose_threads(LEARNER_BOUND * 1_000, 1_000, cores=2) == 1  # the bound itself: not under
+
+
+def test_ppo_trains_each_env_step_once_an_epoch_on_minibatches_of_its_rollout():
+    # ppo-pong-fast: 8 envs x 128 steps in 4 minibatches, 4 epochs
+    assert learner_work(FAST.config, FAST.num_envs, FAST.horizon) == (256, 4.0)
+
+
+def test_a_double_dqn_trains_its_batch_and_its_replay_ratio_at_five_thirds_of_a_pass_a_sample():
+    config = DQNConfig(batch_size=64, replay_ratio=8.0, double=True)
+    minibatch, passes = learner_work(config, num_envs=16, horizon=8)
+    assert minibatch == 64  # the replay's batch, not the rollout's
+    assert passes == pytest.approx(8.0 * DOUBLE_DQN_PASSES) == pytest.approx(40 / 3)
+    single = dataclasses.replace(config, double=False)
+    assert learner_work(single, 16, 8)[1] == pytest.approx(8.0 * 4 / 3)
 
 
 def test_on_an_avx2_only_cpu_the_pong_recipe_learns_float32_channels_last_compiled_on_two_threads(

@@ -32,11 +32,39 @@ import torch
 from workbench.envs import make_vector_env
 from workbench.learners import choose_precision
 
-__all__ = ["LEARNER_BOUND", "Levers", "choose_levers", "choose_threads", "collector_rate"]
+__all__ = [
+    "DOUBLE_DQN_PASSES",
+    "LEARNER_BOUND",
+    "Levers",
+    "choose_levers",
+    "choose_threads",
+    "collector_rate",
+    "learner_work",
+]
 
 LEARNER_BOUND = 0.6
 """A second learner thread pays when the learner's env steps/s are under this fraction of the
 collector's (a clear learner bound: the collector's core is then idle for 40% of the time)."""
+
+
+DOUBLE_DQN_PASSES = 5 / 3
+"""A double-DQN sample's cost in forward-and-backward passes: the gradient pass on ``obs`` (1) and
+two no-grad forward passes on ``next_obs``, the online network's argmax and the target's value
+(about a third of a forward-and-backward pass each). Without double, one such pass: 4/3."""
+
+
+def learner_work(config: Any, num_envs: int, horizon: int) -> tuple[int, float]:
+    """What a recipe's learner does per env step, for ``choose_levers``: the minibatch one gradient
+    step trains on, and how many times each env step is trained, in forward-and-backward passes.
+    PPO and A2C: ``num_envs * horizon / num_minibatches`` and their epochs (one rollout, each
+    sample once an epoch). A replay learner (a ``replay_ratio``: samples trained per env step):
+    its ``batch_size`` and ``replay_ratio`` samples, each ``DOUBLE_DQN_PASSES`` (or 4/3)."""
+    ratio = getattr(config, "replay_ratio", None)
+    if ratio is not None:
+        passes = DOUBLE_DQN_PASSES if getattr(config, "double", False) else 4 / 3
+        return int(config.batch_size), float(ratio) * passes
+    minibatch = num_envs * horizon // getattr(config, "num_minibatches", 1)
+    return minibatch, float(getattr(config, "num_epochs", 1))
 
 
 @dataclass(frozen=True)
@@ -124,14 +152,14 @@ def choose_levers(
     minibatch_size: int,
     *,
     try_compile: bool = False,
-    threads_for: tuple[str, dict[str, Any], int, int] | None = None,
+    threads_for: tuple[str, dict[str, Any], int, float] | None = None,
     cores: int = 1,
 ) -> Levers:
     """Measure and choose (on one torch thread, whatever this process had):
 
     * precision, layout and, with ``try_compile``, compiling (``choose_precision``);
     * with ``threads_for = (env_id, env_options, num_envs, samples_per_step)``, the torch threads:
-      the chosen learner's rate over ``samples_per_step`` (PPO: its epochs) against
+      the chosen learner's rate over ``samples_per_step`` (``learner_work``) against
       ``collector_rate`` (``choose_threads``). Without it, 1.
     """
     threads = torch.get_num_threads()

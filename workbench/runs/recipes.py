@@ -29,7 +29,7 @@ from workbench.learners import (
     ReplayAgent,
 )
 from workbench.models import ActorCritic, QNetwork
-from workbench.runs.levers import Levers, choose_levers
+from workbench.runs.levers import Levers, choose_levers, learner_work
 from workbench.runs.records import load_checkpoint_file
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
@@ -183,10 +183,9 @@ class Recipe:
 
     def choose_levers(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Levers:
         """Measure this machine for the recipe's model (``runs.levers.choose_levers``)."""
-        minibatch = self.num_envs * self.horizon // getattr(self.config, "num_minibatches", 1)
+        minibatch, samples_per_step = learner_work(self.config, self.num_envs, self.horizon)
         threads_for = None
         if self.measure_threads:
-            samples_per_step = getattr(self.config, "num_epochs", 1)
             threads_for = (self.env_id, dict(self.env_options), self.num_envs, samples_per_step)
         return choose_levers(
             model,

@@ -42,11 +42,21 @@ def git_commit() -> str:
     return commit + ("-dirty" if status.strip() else "")
 
 
+def shown_interpreter(executable: str = sys.executable) -> str:
+    """The interpreter as a reader would type it: relative to the repository when it is inside it
+    (``.venv/bin/python``), else its name alone: a record names no folder of the machine that
+    made it."""
+    path = os.path.abspath(executable)
+    if path.startswith(ROOT + os.sep):
+        return os.path.relpath(path, ROOT)
+    return os.path.basename(path)
+
+
 def provenance(benchmark: str) -> dict:
     """The header of a results file: which benchmark, the exact command, commit and date."""
     return {
         "benchmark": benchmark,
-        "command": shlex.join([sys.executable, *sys.argv]),
+        "command": shlex.join([shown_interpreter(), *sys.argv]),
         "git_commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

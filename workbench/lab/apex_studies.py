@@ -4,6 +4,8 @@ the paper's own question, return against wall time at each number of actors."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,6 +256,10 @@ def return_over_time(
 IDEA_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 
 
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def ideas_summary(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per variant of a ``benchmarks/apex_ideas.py`` record (its ``runs``), in the record's order:
     the seeds that reached the target, how many ran, and the median env steps and seconds to it
@@ -269,21 +275,11 @@ def ideas_summary(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "variant": name,
                 "reached": len(reached),
                 "seeds": len(group),
-                "median_steps": _median([r["steps_to_target"] for r in reached]),
-                "median_seconds": _median([r["seconds_to_target"] for r in reached]),
+                "median_steps": median_or_none([r["steps_to_target"] for r in reached]),
+                "median_seconds": median_or_none([r["seconds_to_target"] for r in reached]),
             }
         )
     return rows
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def ideas_figure(
@@ -294,7 +290,7 @@ def ideas_figure(
     design against each idea switched off (Horgan et al. 2018, Sec. 3)."""
     figure = go.Figure()
     names = list(dict.fromkeys(run["variant"] for run in runs))
-    for name, color in zip(names, IDEA_COLORS * (1 + len(names) // len(IDEA_COLORS))):
+    for name, color in zip(names, itertools.cycle(IDEA_COLORS)):
         for index, run in enumerate(r for r in runs if r["variant"] == name):
             points = [p for p in run["curve"] if p["mean_return"] is not None]
             figure.add_trace(

@@ -326,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
                         if dataclasses.is_dataclass(learner_config)
                         else None
                     ),
+                    # Ape-X and SEED: the run's own settings, with the precision it measured
+                    "run_config": (
+                        dataclasses.asdict(run.config)
+                        if dataclasses.is_dataclass(getattr(run, "config", None))
+                        else None
+                    ),
                     "run_dir": str(run.dir) if run is not None else None,
                     "resumed_from": args.resume_from,
                     "resumed_at_env_steps": resumed_at,

@@ -23,7 +23,11 @@ from workbench.learners.ddpg import DDPG, DDPGConfig, GaussianExploration
 from workbench.learners.dqn import DQN, DQNConfig
 from workbench.learners.impala import IMPALA, IMPALAConfig
 from workbench.learners.ppo import PPO, PPOConfig
-from workbench.learners.precision import PrecisionChoice, choose_precision
+from workbench.learners.precision import (
+    PrecisionChoice,
+    choose_precision,
+    with_measured_precision,
+)
 from workbench.learners.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
 from workbench.learners.rendezvous import Rendezvous, join_learner_group, leave_learner_group
 from workbench.learners.replay_agent import ReplayAgent, make_replay
@@ -59,4 +63,5 @@ __all__ = [
     "make_replay",
     "move_optimizer_state",
     "replica_factory",
+    "with_measured_precision",
 ]

@@ -16,14 +16,21 @@ from __future__ import annotations
 import copy
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import nn
 
 from workbench.learners.base import AUTOCAST_DTYPES, compiled
 
-__all__ = ["COMPILE_GAIN", "PrecisionChoice", "choose_precision", "update_rate"]
+__all__ = [
+    "COMPILE_GAIN",
+    "PrecisionChoice",
+    "choose_precision",
+    "update_rate",
+    "with_measured_precision",
+]
 
 COMPILE_GAIN = 1.1
 """The least speed-up of a compiled step over the eager one for ``choose_precision`` to compile:
@@ -155,3 +162,19 @@ def choose_precision(
     return PrecisionChoice(
         autocast=autocast, channels_last=channels_last, rates=rates, compile=use_compiled
     )
+
+
+def with_measured_precision(
+    config: Any,
+    model: nn.Module,
+    obs_shape: tuple[int, ...],
+    minibatch_size: int,
+    *,
+    seconds: float = 1.0,
+) -> tuple[Any, PrecisionChoice]:
+    """``config`` (a learner's, with ``Precision``'s fields) with the fastest autocast and memory
+    layout of ``choose_precision`` for ``model`` at ``minibatch_size`` on this CPU, and the
+    measurement. For learners that do not compile (DQN, IMPALA): ``compile`` is left as it is."""
+    choice = choose_precision(model, obs_shape, minibatch_size, seconds=seconds)
+    measured = replace(config, autocast=choice.autocast, channels_last=choice.channels_last)
+    return measured, choice

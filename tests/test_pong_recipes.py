@@ -1,0 +1,112 @@
+"""Ape-X DQN and SEED V-trace sized for Pong on two cores: the protocol and network they share
+with ``ppo-pong-fast``, what each keeps of its paper, and the precision measured at start."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import workbench.apex.recipes as apex_recipes
+import workbench.seed.recipes as seed_recipes
+from workbench.apex import ApexConfig
+from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
+from workbench.learners import IMPALAConfig, PrecisionChoice, with_measured_precision
+from workbench.models import ActorCritic
+from workbench.runs.recipes import RECIPES
+from workbench.seed import SeedConfig
+from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
+
+APEX = APEX_RECIPES["apex-dqn-pong-fast"]
+SEED = SEED_RECIPES["seed-vtrace-pong-fast"]
+PPO = RECIPES["ppo-pong-fast"]
+
+
+def test_both_play_ppo_pong_fasts_protocol_with_its_network():
+    assert APEX.config.env_options == dict(PPO.env_options) == SEED.config.env_options
+    assert APEX.config.env_options == {"repeat_action_probability": 0.0, "screen_size": 42}
+    trunk = dict(PPO.model_options)["trunk"]
+    assert APEX.config.model_options["trunk"] == SEED.config.model_options["trunk"] == trunk
+    assert APEX.target_return == SEED.target_return == PPO.target_return == 18.0
+
+
+def test_apex_keeps_the_papers_per_actor_epsilons():
+    epsilons = APEX.config.explorations(APEX.config.num_actors)
+    assert APEX.config.exploration_schedule == "ladder"
+    assert epsilons[0] == pytest.approx(0.4)  # Horgan et al. 2018, Sec. 4.1: 0.4 ** (1 + 7i/(N-1))
+    assert epsilons[-1] == pytest.approx(0.4**8)
+    assert APEX.config.initial_priorities
+
+
+def test_apex_trains_each_env_step_eight_times_whatever_the_machine():
+    assert APEX.config.min_replay_ratio == APEX.config.max_replay_ratio == 8.0
+
+
+def test_apex_writes_every_stream_of_its_frame_replay():
+    # The replay makes max_actors x envs_per_actor streams; apex-dqn-pong wrote half of them.
+    assert APEX.config.max_actors == APEX.config.num_actors
+
+
+def test_seed_learns_each_unroll_four_times_in_steps_of_ppos_minibatch_size():
+    learner = SEED.config.learner
+    assert learner.batch_size * learner.unroll_length == 240
+    assert SEED.config.replay_ratio == 4.0
+    assert learner.anneal_updates is not None
+
+
+def test_with_measured_precision_sets_what_it_measured_and_keeps_the_rest():
+    config = IMPALAConfig(learning_rate=1e-3, batch_size=3, unroll_length=4)
+    model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")
+    measured, choice = with_measured_precision(config, model, (4, 42, 42), 8, seconds=0.02)
+    assert (measured.autocast, measured.channels_last) == (choice.autocast, choice.channels_last)
+    assert choice.rate == max(choice.rates.values())
+    assert dataclasses.replace(measured, autocast=None, channels_last=False) == config
+
+
+def measured_as_bfloat16(calls: list):
+    def measure(config, model, obs_shape, minibatch_size, **_):
+        calls.append((type(model).__name__, tuple(obs_shape), minibatch_size))
+        chosen = dataclasses.replace(config, autocast="bfloat16", channels_last=True)
+        return chosen, PrecisionChoice("bfloat16", True, {"bfloat16/channels_last": 1.0})
+
+    return measure
+
+
+def test_apex_measures_its_learners_network_at_its_batch_and_runs_with_the_choice(
+    monkeypatch, tmp_path
+):
+    calls: list = []
+    monkeypatch.setattr(apex_recipes, "with_measured_precision", measured_as_bfloat16(calls))
+    run = APEX.make_run(0, runs_dir=str(tmp_path))
+    assert calls == [("QNetwork", (4, 42, 42), 64)]
+    assert (run.config.agent.autocast, run.config.agent.channels_last) == ("bfloat16", True)
+    assert APEX.config.agent.autocast is None  # the recipe itself is left alone
+
+
+def test_seed_measures_its_learners_network_at_its_batch_and_runs_with_the_choice(
+    monkeypatch, tmp_path
+):
+    calls: list = []
+    monkeypatch.setattr(seed_recipes, "with_measured_precision", measured_as_bfloat16(calls))
+    run = SEED.make_run(0, runs_dir=str(tmp_path))
+    try:
+        assert calls == [("ActorCritic", (4, 42, 42), 240)]
+        assert (run.config.learner.autocast, run.config.learner.channels_last) == (
+            "bfloat16",
+            True,
+        )
+    finally:
+        run.stop()
+
+
+def test_a_recipe_that_cannot_measure_its_learner_says_so():
+    with pytest.raises(ValueError, match="measure_precision=False"):
+        ApexRecipe(
+            "dpg",
+            ApexConfig(env_id="Pendulum-v1", algo="ddpg"),
+            -200.0,
+            1000,
+            measure_precision=True,
+        )
+    with pytest.raises(ValueError, match="measure_precision=False"):
+        SeedRecipe("r2d2", SeedConfig(algorithm="r2d2"), 300.0, 1000, measure_precision=True)

@@ -121,6 +121,22 @@ def test_every_measured_number_in_the_text_says_where_it_comes_from(path):
     assert unreferenced(cells(path)) == []
 
 
+MACHINE_PATH = re.compile(r"(/tmp/|/work/|/home/|/root/|/opt/|\.venv/|site-packages)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_stored_output_shows_a_folder_of_the_machine_that_ran_it(path):
+    """A reader's machine has other folders: outputs name runs and records relative to the repo."""
+    found = []
+    for index, cell in enumerate(cells(path)):
+        for output in cell.get("outputs", []):
+            texts = ["".join(output.get("text", ""))]
+            data = output.get("data", {})
+            texts += ["".join(v) for k, v in data.items() if k.startswith("text/")]
+            found += [f"cell {index}: {m.group()}" for t in texts for m in MACHINE_PATH.finditer(t)]
+    assert found == [], f"refresh with paths relative to the repository: {found}"
+
+
 IMAGE = re.compile(r"!\[[^\]]*\]\((?P<path>[^)\s]+)\)")
 DIAGRAMS = {  # each system's architecture, drawn where the course first builds it
     "02_batched_sampler": "samplers.svg",

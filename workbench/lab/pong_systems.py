@@ -1,0 +1,127 @@
+"""Notebook 09's chart of every system on Pong: PPO, SEED V-trace, Ape-X DQN, single-process DQN
+and R2D2, each from its ``benchmarks/learning.py`` record in ``data/``, on one machine.
+
+``system_rows`` turns each recorded run into the table's row: minutes to a return of 0 and of 18,
+env steps to 18, gradient steps per second and samples trained per env step (how often the
+learner sees each step it collected, the lever that separates the systems on two cores).
+``systems_figure`` draws return against wall minutes and against env steps side by side, a colour
+per system and a dash per seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.lab.pong_studies import COLORS, first_crossing, load_json
+
+__all__ = ["gradient_steps", "samples_per_gradient_step", "system_rows", "systems_figure"]
+
+
+def gradient_steps(entry: dict[str, Any], updates: int) -> int:
+    """Gradient steps behind a recorded run's ``updates``: PPO and A2C count an iteration (its
+    epochs x minibatches of steps), every other learner one step per update."""
+    config = entry["config"]
+    if entry["algorithm"] in ("PPO", "A2C"):
+        return updates * config.get("num_epochs", 1) * config.get("num_minibatches", 1)
+    return updates
+
+
+def samples_per_gradient_step(entry: dict[str, Any]) -> int:
+    """Samples one gradient step of a recorded recipe trains on (``entry``: a recipe's record in a
+    ``benchmarks/learning.py`` file): PPO and A2C a minibatch of the rollout, V-trace its batch of
+    unrolls (B x T), R2D2 its batch of sequences (B x trained length), Ape-X and DQN a batch of
+    transitions."""
+    algorithm, config = entry["algorithm"], entry["config"]
+    if algorithm in ("PPO", "A2C"):
+        return entry["num_envs"] * entry["horizon"] // config.get("num_minibatches", 1)
+    if algorithm == "Seed":
+        learner = config["learner"]
+        if config["algorithm"] == "vtrace":
+            return learner["batch_size"] * learner["unroll_length"]
+        return learner["batch_size"] * learner["sequence_length"]
+    if algorithm == "Apex":
+        return config["agent"]["batch_size"]
+    if algorithm == "DQN":
+        return config["batch_size"]
+    raise ValueError(f"no rule for the samples of a {algorithm} update; add one here")
+
+
+def last_updates(point: dict[str, Any]) -> int:
+    # Ape-X records before the run lifecycle named the count learner_updates.
+    return point.get("updates", point.get("learner_updates", 0))
+
+
+def system_rows(
+    systems: Mapping[str, tuple[str, str]], data_dir: "str | Path", *, target: float = 18.0
+) -> list[dict[str, Any]]:
+    """A row per recorded run of each system: ``systems`` maps a label to (record file in
+    ``data_dir``, recipe name). Times and steps are None where the run never got there."""
+    rows = []
+    for label, (file, recipe) in systems.items():
+        entry = load_json(Path(data_dir) / file)["recipes"][recipe]
+        per_step = samples_per_gradient_step(entry)
+        for run in entry["runs"]:
+            curve = run["curve"]
+            last = curve[-1]
+            steps = gradient_steps(entry, last_updates(last))
+            zero, reached = first_crossing(run, 0.0), first_crossing(run, target)
+            rows.append(
+                {
+                    "system": label,
+                    "recipe": recipe,
+                    "seed": run["seed"],
+                    "minutes": last["seconds"] / 60,
+                    "minutes_to_0": zero[1] / 60 if zero else None,
+                    "minutes_to_target": reached[1] / 60 if reached else None,
+                    "env_steps_to_target": reached[0] if reached else None,
+                    "final_return": last["mean_return"],
+                    "gradient_steps_per_second": steps / max(last["seconds"], 1e-9),
+                    "samples_per_env_step": steps * per_step / max(last["env_steps"], 1),
+                    "env_steps_per_second": last["env_steps"] / max(last["seconds"], 1e-9),
+                }
+            )
+    return rows
+
+
+def systems_figure(
+    systems: Mapping[str, tuple[str, str]],
+    data_dir: "str | Path",
+    *,
+    target: float = 18.0,
+    title: str | None = None,
+) -> go.Figure:
+    """Mean return of the last games against wall minutes (left) and env steps (right, millions):
+    a colour per system, a dash per seed, the target dashed."""
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        subplot_titles=("against wall time (2 CPU cores)", "against env steps"),
+        horizontal_spacing=0.05,
+    )
+    for index, (label, (file, recipe)) in enumerate(systems.items()):
+        color = COLORS[index % len(COLORS)]
+        runs = load_json(Path(data_dir) / file)["recipes"][recipe]["runs"]
+        for number, run in enumerate(runs):
+            points = [p for p in run["curve"] if p["mean_return"] is not None]
+            line = dict(color=color, width=2, dash=("solid", "dot", "dash")[number % 3])
+            shown = dict(name=f"{label}, seed {run['seed']}", legendgroup=label, line=line)
+            returns = [p["mean_return"] for p in points]
+            minutes = [p["seconds"] / 60 for p in points]
+            steps = [p["env_steps"] / 1e6 for p in points]
+            figure.add_trace(go.Scatter(x=minutes, y=returns, mode="lines", **shown), 1, 1)
+            figure.add_trace(
+                go.Scatter(x=steps, y=returns, mode="lines", showlegend=False, **shown), 1, 2
+            )
+    for column in (1, 2):
+        figure.add_hline(y=target, line_dash="dash", line_color="#888", row=1, col=column)
+    figure.update_xaxes(title_text="wall minutes", row=1, col=1)
+    figure.update_xaxes(title_text="env steps (millions)", row=1, col=2)
+    figure.update_yaxes(title_text="mean return, last games", range=[-21.5, 21.5], row=1, col=1)
+    figure.update_layout(title=title, height=460, margin=dict(l=60, r=20, t=70, b=50))
+    return figure

@@ -86,8 +86,7 @@ class ApexRecipe:
         agent, choice = with_measured_precision(
             config.agent, network, shape, config.agent.batch_size
         )
-        rates = ", ".join(f"{name} {rate:,.0f}" for name, rate in choice.rates.items())
-        print(f"{self.name}: learner samples/s {rates}", flush=True)
+        print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return agent
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:

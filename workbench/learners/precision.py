@@ -54,6 +54,10 @@ class PrecisionChoice:
         """The chosen combination's samples per second."""
         return self.rates[label(self.autocast, self.channels_last, self.compile)]
 
+    def describe(self) -> str:
+        """Each combination's samples per second, as a run's log line shows them."""
+        return ", ".join(f"{name} {rate:,.0f}" for name, rate in self.rates.items())
+
     @property
     def gain(self) -> float:
         """The chosen combination's rate over plain float32 (contiguous)."""

@@ -81,8 +81,7 @@ class SeedRecipe:
         model = ActorCritic(shape, int(action_space.n), **config.model_options)
         batch = learner.batch_size * learner.unroll_length
         measured, choice = with_measured_precision(learner, model, shape, batch)
-        rates = ", ".join(f"{name} {rate:,.0f}" for name, rate in choice.rates.items())
-        print(f"{self.name}: learner samples/s {rates}", flush=True)
+        print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return measured
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:

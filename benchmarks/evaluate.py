@@ -53,11 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         save_animation,
     )
     from workbench.runs.recipes import RECIPES
+    from workbench.seed import SEED_RECIPES
 
     torch.set_num_threads(1)
-    if args.recipe not in RECIPES:
-        sys.exit(f"unknown recipe {args.recipe!r}; choose one of {', '.join(RECIPES)}")
-    recipe = RECIPES[args.recipe]
+    # SEED's V-trace recipes play as a Run's do: an ActorCritic and its weights.
+    known = {**RECIPES, **{k: v for k, v in SEED_RECIPES.items() if v.config.algorithm == "vtrace"}}
+    if args.recipe not in known:
+        sys.exit(f"unknown recipe {args.recipe!r}; choose one of {', '.join(known)}")
+    recipe = known[args.recipe]
     if not os.path.exists(args.data):
         sys.exit(f"no {args.data}: run benchmarks/learning.py --recipes {args.recipe} first")
     with open(args.data) as f:

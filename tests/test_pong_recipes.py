@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 import workbench.apex.recipes as apex_recipes
 import workbench.seed.recipes as seed_recipes
@@ -13,8 +14,9 @@ from workbench.apex import ApexConfig
 from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
 from workbench.learners import IMPALAConfig, PrecisionChoice, with_measured_precision
 from workbench.models import ActorCritic
+from workbench.runs.evaluation import evaluate, load_policy
 from workbench.runs.recipes import RECIPES
-from workbench.seed import SeedConfig
+from workbench.seed import Seed, SeedConfig
 from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
 
 APEX = APEX_RECIPES["apex-dqn-pong-fast"]
@@ -110,3 +112,18 @@ def test_a_recipe_that_cannot_measure_its_learner_says_so():
         )
     with pytest.raises(ValueError, match="measure_precision=False"):
         SeedRecipe("r2d2", SeedConfig(algorithm="r2d2"), 300.0, 1000, measure_precision=True)
+
+
+def test_a_seed_vtrace_checkpoint_plays_as_a_policy(tmp_path):
+    recipe = SEED_RECIPES["seed-vtrace-cartpole"]
+    run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)
+    run.run(env_steps=1000)
+    policy = load_policy(recipe, run.dir)
+    trained = run.learning.model.state_dict()
+    assert all(torch.equal(value, trained[key]) for key, value in policy.state_dict().items())
+    assert len(evaluate(policy, recipe.env_id, games=2).returns) == 2  # whole games, played
+
+
+def test_r2d2_recipes_are_not_evaluated_as_policies():
+    with pytest.raises(ValueError, match="only a V-trace recipe"):
+        SEED_RECIPES["seed-r2d2-cartpole-novelocity"].make_model((4,), 2)

@@ -88,18 +88,23 @@ class Evaluation:
 
 def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
     """``recipe``'s model (``recipe.make_model``, sized by its ``env_options``) with the weights of
-    ``checkpoint`` (a run's folder or its ``checkpoint.pt``), in eval mode on the CPU."""
+    ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s or a SEED V-trace run's),
+    in eval mode on the CPU."""
     saved = load_checkpoint_file(checkpoint)
     state = saved.get("state", {})
-    weights = state.get("algo", {}).get("model") if isinstance(state.get("algo"), dict) else None
+    # A Run keeps its learner under "algo"; a SEED run under "learner", with its config.
+    holder = state.get("algo", state.get("learner"))
+    weights = holder.get("model") if isinstance(holder, dict) else None
     if weights is None:
         raise ValueError(
-            f"{checkpoint} holds no model weights under state['algo']['model']; pass the "
-            "checkpoint of a Run of a sampler-and-learner recipe (PPO, A2C or DQN)."
+            f"{checkpoint} holds no model weights under state['algo'] or state['learner']; pass "
+            "the checkpoint of a Run (PPO, A2C, DQN) or of a SEED V-trace run."
         )
-    if state.get("env_id") not in (None, recipe.env_id):
+    config = state.get("config")
+    env_id = state.get("env_id", config.get("env_id") if isinstance(config, dict) else None)
+    if env_id not in (None, recipe.env_id):
         raise ValueError(
-            f"{checkpoint} is a run on {state['env_id']}, but the recipe {recipe.name!r} plays "
+            f"{checkpoint} is a run on {env_id}, but the recipe {recipe.name!r} plays "
             f"{recipe.env_id}; pass the recipe the run was made from."
         )
     observation_space, action_space = env_spaces(recipe.env_id, **dict(recipe.env_options))

@@ -53,6 +53,20 @@ class SeedRecipe:
         return self.config.env_id
 
     @property
+    def env_options(self) -> dict:
+        return self.config.env_options
+
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> ActorCritic:
+        """V-trace's ``ActorCritic`` with the recipe's ``model_options`` (what ``load_policy``
+        fills with a checkpoint's weights)."""
+        if self.config.algorithm != "vtrace":
+            raise ValueError(
+                f"{self.name!r} learns R2D2's recurrent Q-network, which plays with a state; "
+                "only a V-trace recipe's ActorCritic is evaluated as a policy."
+            )
+        return ActorCritic(obs_shape, num_actions, **self.config.model_options)
+
+    @property
     def num_workers(self) -> int:
         return self.config.num_actors
 
@@ -78,7 +92,7 @@ class SeedRecipe:
         learner = learner_config(config)
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
-        model = ActorCritic(shape, int(action_space.n), **config.model_options)
+        model = self.make_model(shape, int(action_space.n))
         batch = learner.batch_size * learner.unroll_length
         measured, choice = with_measured_precision(learner, model, shape, batch)
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)

@@ -14,7 +14,7 @@ from workbench.apex import ApexConfig
 from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
 from workbench.learners import IMPALAConfig, PrecisionChoice, with_measured_precision
 from workbench.models import ActorCritic
-from workbench.runs.evaluation import evaluate, load_policy
+from workbench.runs.evaluation import evaluate, export_policy, load_policy
 from workbench.runs.recipes import RECIPES
 from workbench.seed import Seed, SeedConfig
 from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
@@ -127,3 +127,13 @@ def test_a_seed_vtrace_checkpoint_plays_as_a_policy(tmp_path):
 def test_r2d2_recipes_are_not_evaluated_as_policies():
     with pytest.raises(ValueError, match="only a V-trace recipe"):
         SEED_RECIPES["seed-r2d2-cartpole-novelocity"].make_model((4,), 2)
+
+
+def test_a_seed_vtrace_policy_exports_its_weights_alone(tmp_path):
+    recipe = SEED_RECIPES["seed-vtrace-cartpole"]
+    run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)
+    run.run(env_steps=500)
+    exported = export_policy(run.dir, tmp_path / "policy.pt")
+    trained = run.learning.model.state_dict()
+    policy = load_policy(recipe, exported)
+    assert all(torch.equal(value, trained[key]) for key, value in policy.state_dict().items())

@@ -92,16 +92,13 @@ def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
     in eval mode on the CPU."""
     saved = load_checkpoint_file(checkpoint)
     state = saved.get("state", {})
-    # A Run keeps its learner under "algo"; a SEED run under "learner", with its config.
-    holder = state.get("algo", state.get("learner"))
-    weights = holder.get("model") if isinstance(holder, dict) else None
+    weights = model_weights(state)
     if weights is None:
         raise ValueError(
             f"{checkpoint} holds no model weights under state['algo'] or state['learner']; pass "
             "the checkpoint of a Run (PPO, A2C, DQN) or of a SEED V-trace run."
         )
-    config = state.get("config")
-    env_id = state.get("env_id", config.get("env_id") if isinstance(config, dict) else None)
+    env_id = env_id_of(state)
     if env_id not in (None, recipe.env_id):
         raise ValueError(
             f"{checkpoint} is a run on {env_id}, but the recipe {recipe.name!r} plays "
@@ -111,6 +108,19 @@ def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
     model = recipe.make_model(observation_space.shape, action_space.n)
     model.load_state_dict(weights)
     return model.eval()
+
+
+def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    """The model weights in a checkpoint's state: a Run keeps its learner under ``"algo"``, a
+    SEED run under ``"learner"`` (None: neither)."""
+    holder = state.get("algo", state.get("learner"))
+    return holder.get("model") if isinstance(holder, dict) else None
+
+
+def env_id_of(state: dict[str, Any]) -> str | None:
+    """The env a checkpoint's run played: a Run's ``env_id``, a SEED run's config's."""
+    config = state.get("config")
+    return state.get("env_id", config.get("env_id") if isinstance(config, dict) else None)
 
 
 def export_policy(checkpoint: "str | Path", path: "str | Path") -> Path:
@@ -124,7 +134,7 @@ def export_policy(checkpoint: "str | Path", path: "str | Path") -> Path:
         "name": saved.get("name"),
         "env_steps": saved.get("env_steps"),
         "wall_seconds": saved.get("wall_seconds"),
-        "state": {"env_id": state["env_id"], "algo": {"model": state["algo"]["model"]}},
+        "state": {"env_id": env_id_of(state), "algo": {"model": model_weights(state)}},
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

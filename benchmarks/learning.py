@@ -139,7 +139,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="copy each run's final checkpoint here ({seed} in the path is replaced)",
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="the learner's device for every named recipe that has one (Ape-X, SEED: cpu, cuda, "
+        "auto), in place of the recipe's; a recipe that learns in its own processes refuses",
+    )
     args = parser.parse_args(argv)
+    if args.device is not None:
+        fixed = [name for name in args.recipes or [] if not hasattr(RECIPES[name], "device")]
+        if fixed or args.recipes is None:
+            parser.error(
+                f"--device moves an Ape-X or SEED learner; {', '.join(fixed) or 'the defaults'} "
+                "choose their device in their config: name Ape-X or SEED recipes alone."
+            )
     if args.resume_from is not None and len(args.recipes or []) != 1:
         parser.error("--resume-from continues one recipe's checkpoint: name that recipe alone.")
     if args.recipes is None:
@@ -154,6 +167,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_seconds is not None and not args.max_seconds > 0:
         parser.error("--max-seconds must be positive.")
     return args
+
+
+def chosen_recipe(recipe, args: argparse.Namespace):
+    """The recipe as this command runs it: its target and learner's device as the options say."""
+    if args.target is not None:
+        recipe = dataclasses.replace(recipe, target_return=args.target)
+    if args.device is not None:
+        recipe = dataclasses.replace(recipe, device=args.device)
+    return recipe
 
 
 class Curve:
@@ -246,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
         resumed_at = int(load_checkpoint_file(args.resume_from)["env_steps"])
     for name in args.recipes:
-        recipe = RECIPES[name]
-        if args.target is not None:
-            recipe = dataclasses.replace(recipe, target_return=args.target)
+        recipe = chosen_recipe(RECIPES[name], args)
         atari = is_atari(recipe.env_id)
         env_options = dict(getattr(recipe, "env_options", ()))
         frameskip = env_options.get("frameskip", AtariOptions.frameskip) if atari else 1
@@ -272,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_return": recipe.target_return,
             "stop_at_target": not args.train_through,
             "torch_threads": torch.get_num_threads(),
+            "device": getattr(recipe, "device", None),
             "note": recipe.note,
             "runs": [run for run in earlier if run["seed"] not in args.seeds],
         }

@@ -47,3 +47,24 @@ def test_a_merge_keeps_the_provenance_of_runs_recorded_under_an_older_header(tmp
     assert ppo_runs[1]["git_commit"] == OLD_HEADER["git_commit"]
     assert ppo_runs[7]["git_commit"] == merged["git_commit"]  # rerun: the new provenance
     assert ppo_runs[7]["stopped"] == "time"
+
+
+def test_device_moves_the_learner_of_an_apex_or_seed_recipe():
+    args = learning.parse_args(
+        ["--recipes", "seed-vtrace-pong-fast", "apex-dqn-pong-fast", "--device", "cuda"]
+    )
+    for name in args.recipes:
+        recipe = learning.all_recipes()[name]
+        chosen = learning.chosen_recipe(recipe, args)
+        assert (recipe.device, chosen.device) == ("cpu", "cuda")
+        assert chosen.config == recipe.config and chosen.target_return == recipe.target_return
+
+
+def test_device_refuses_a_recipe_that_chooses_its_device_in_its_config(capsys):
+    try:
+        learning.parse_args(["--recipes", "ppo-pong-fast", "--device", "cuda"])
+    except SystemExit as exit:
+        assert exit.code == 2
+    else:
+        raise AssertionError("--device on a PPO recipe was accepted")
+    assert "ppo-pong-fast" in capsys.readouterr().err

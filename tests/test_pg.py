@@ -338,6 +338,10 @@ def image_learner(kind: str, model: ActorCritic, **options):
     return A2C(model, A2CConfig(**options))
 
 
+def gradient_of(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.detach().float().reshape(-1) for p in model.parameters()])
+
+
 def step_of(before: list[torch.Tensor], model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([(p.detach() - b).flatten() for b, p in zip(before, model.parameters())])
 
@@ -426,7 +430,10 @@ def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale(
     and after a calibrating update a second four-step update still missed 2%: the average over
     steps drifts with the parameters. So the float16 learner finds its scale over three one-step
     updates, the float32 one takes its whole state, and one step of each from those same
-    parameters and Adam state is compared: the loss at the same parameters, the step's direction."""
+    parameters and Adam state is compared: the loss at the same parameters, the gradient's norm and
+    direction. Not the step's direction: Adam divides each entry by its own running scale, so the
+    rounding of entries near zero moves whole steps (H100, 7e356c9: step cosine 0.79 where the
+    losses agreed within 1% and the gradient norms within 2%)."""
     torch.manual_seed(0)
     model = ActorCritic(IMAGE_SHAPE, IMAGE_ACTIONS)
     config = PPOConfig(num_epochs=1, num_minibatches=1)
@@ -446,10 +453,15 @@ def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale(
     assert mixed.gradient_step.scaler.get_scale() == scale  # this step was taken, not skipped
     assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=1e-2)
     assert got["charts/grad_norm"] == pytest.approx(expected["charts/grad_norm"], rel=2e-2)
+    # what the step left in .grad: unscaled by the scaler, clipped alike in both
     cosine = torch.nn.functional.cosine_similarity(
+        gradient_of(mixed.model), gradient_of(reference.model), dim=0
+    )
+    steps = torch.nn.functional.cosine_similarity(
         step_of(before, mixed.model), step_of(before, reference.model), dim=0
     )
-    assert cosine > 0.95
+    print(f"float16 vs float32: gradient cosine {cosine:.4f}, Adam step cosine {steps:.4f}")
+    assert cosine > 0.98
     assert mixed.state_dict()["grad_scaler"]["scale"] == scale
 
 

@@ -18,6 +18,7 @@ from workbench.apex import (
     Apex,
     ApexActor,
     ApexConfig,
+    ApexRecipe,
     ReplayServer,
     actor_epsilons,
     actor_noise_scales,
@@ -400,6 +401,9 @@ def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thre
     assert "not saved" in saved["state"]["replay"]
     assert (saved["updates"], saved["env_steps"]) == (apex.updates, apex.env_steps)
 
+    recipe = ApexRecipe("cartpole", config, target_return=475.0, total_steps=10_000)
+    through_recipe = recipe.make_run(0, resume_from=apex.dir)  # benchmarks/learning.py's way
+    assert (through_recipe.name, through_recipe.updates) == (apex.name, apex.updates)
     resumed = Apex.from_checkpoint(apex.dir, log_interval=0.5)
     assert resumed.name == apex.name and resumed.metrics_path == apex.metrics_path
     assert (resumed.updates, resumed.env_steps) == (apex.updates, apex.env_steps)

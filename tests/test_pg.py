@@ -461,7 +461,7 @@ def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale(
         step_of(before, mixed.model), step_of(before, reference.model), dim=0
     )
     print(f"float16 vs float32: gradient cosine {cosine:.4f}, Adam step cosine {steps:.4f}")
-    assert cosine > 0.98
+    assert cosine > 0.999  # H100, fa21600: 1.0000 (the Adam step: 0.79)
     assert mixed.state_dict()["grad_scaler"]["scale"] == scale
 
 

@@ -63,9 +63,27 @@ class ApexRecipe:
     def horizon(self) -> int:
         return self.config.block_steps
 
-    def make_run(self, seed: int, *, runs_dir: str | None = None, name: str | None = None) -> Apex:
+    def make_run(
+        self,
+        seed: int,
+        *,
+        runs_dir: str | None = None,
+        name: str | None = None,
+        resume_from: Any = None,
+    ) -> Apex:
         """An ``Apex`` run of the recipe at ``seed`` (not started), a row every 2 seconds; with
-        ``measure_precision`` its learner's precision is this machine's fastest."""
+        ``measure_precision`` its learner's precision is this machine's fastest. ``resume_from``
+        continues that checkpoint instead (``Apex.from_checkpoint``: its saved config, seed and
+        precision included; the actors refill the replay), with the learner on this recipe's
+        device."""
+        if resume_from is not None:
+            return Apex.from_checkpoint(
+                resume_from,
+                device=self.device,
+                target_metric=self.target_metric,
+                log_interval=2.0,
+                runs_dir=runs_dir,
+            )
         config = replace(self.config, seed=seed)
         if self.measure_precision and resolve_device(self.device).type == "cpu":
             config = replace(config, agent=self.measured_agent(config))

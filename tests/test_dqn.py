@@ -14,7 +14,7 @@ import torch
 from workbench.kernels import linear_schedule
 from workbench.learners import DQN, DQNConfig, ReplayAgent
 from workbench.models import QNetwork
-from workbench.replay import NStepTransitions, PrioritizedReplay, UniformReplay
+from workbench.replay import FrameStorage, NStepTransitions, PrioritizedReplay, UniformReplay
 from workbench.rollout import Rollout
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -252,6 +252,65 @@ def test_replay_agent_holds_the_replay_ratio_as_the_old_loop_did(prioritized):
     assert steps == [math.floor(max(0, 15 * (k - 2)) * 8.0 / 32) for k in range(1, 9)]
     assert agent.env_steps == 120 and len(agent.replay) == 120
     assert agent.limiter.sampled == 22 * 32 and agent.limiter.counted == 90
+
+
+def frame_rollout(T: int, B: int, t0: int, generator: torch.Generator) -> Rollout:
+    """Atari-shaped steps ``t0 .. t0 + T - 1``: 4-frame stacks of 42x42 frames, newest last, each
+    frame filled with its id ``1 + 100 b + t + 3`` (env b, time t), so a stack names its step."""
+    times = torch.arange(t0 - 3, t0 + T + 1)
+    ids = 1 + 100 * torch.arange(B)[None, :] + times[:, None] + 3  # [T + 4, B]
+    frames = ids[..., None, None].expand(-1, -1, 42, 42).to(torch.uint8)
+    stacks = torch.stack([frames[k : k + T + 1] for k in range(4)], dim=2)  # [T + 1, B, 4, ...]
+    return Rollout(
+        obs=stacks[:T],
+        actions=torch.randint(3, (T, B), generator=generator),
+        rewards=torch.randn(T, B, generator=generator),
+        terminated=torch.zeros(T, B, dtype=torch.bool),
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        truncation_values=torch.zeros(T, B),
+        policy_outputs={},
+        next_obs=stacks[T],
+    )
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_replay_agent_with_frame_streams_learns_from_windows_rebuilt_from_frames_stored_once(
+    prioritized,
+):
+    """``frame_streams``: each frame stored once (``FrameStorage``, rlpyt's frame buffer); what the
+    learner samples is the n-step transition (Hessel et al. 2018, Eq. 2) of the step it names."""
+    torch.manual_seed(0)
+    config = DQNConfig(
+        n_step=3,
+        gamma=0.9,
+        batch_size=16,
+        replay_ratio=8.0,
+        learning_starts=20,
+        replay_capacity=101,
+        prioritized=prioritized,
+    )
+    network = QNetwork((4, 42, 42), 3, trunk="cnn-universe")
+    agent = ReplayAgent(DQN(network, config), seed=0, frame_streams=2)
+    assert isinstance(agent.replay.storage, FrameStorage) and agent.replay.capacity == 100
+    generator = torch.Generator().manual_seed(0)
+    rollouts = [frame_rollout(10, 2, 10 * i, generator) for i in range(4)]
+    for rollout in rollouts:
+        agent.update(rollout)
+    # 80 env steps, the rollout that crosses learning_starts counted whole: 80 * 8 / 16 updates
+    assert agent.learner.num_updates == 80 * 8 // 16
+    rewards = torch.cat([r.rewards for r in rollouts])
+    batch, _, _ = agent.replay.sample(64)
+    newest = torch.as_tensor(batch["obs"][:, -1, 0, 0]).long()
+    envs, times = (newest - 1) // 100, (newest - 1) % 100 - 3
+    assert times.max() <= 36  # windows whose next stack (t + 3 <= 39) is stored
+    expected = sum(0.9**k * rewards[times + k, envs] for k in range(3))
+    torch.testing.assert_close(torch.as_tensor(batch["returns"]).float(), expected)
+    torch.testing.assert_close(
+        torch.as_tensor(batch["discounts"]).float(), torch.full((64,), 0.729)
+    )
+    assert (torch.as_tensor(batch["next_obs"][:, -1, 0, 0]).long() == newest + 3).all()
+    # 2 x 42 x 42 frames a step, not two 4-frame stacks: under a third of the transitions' bytes
+    assert agent.replay.storage.nbytes < 100 * 2 * 4 * 42 * 42 / 3
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""Ape-X DQN and SEED V-trace sized for Pong on two cores: the protocol and network they share
-with ``ppo-pong-fast``, what each keeps of its paper, and the precision measured at start."""
+"""Ape-X DQN, SEED V-trace and single-process DQN sized for Pong on two cores: the protocol and
+network they share with ``ppo-pong-fast``, what each keeps of its paper, and the precision measured
+at start."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from workbench.apex import ApexConfig
 from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
 from workbench.learners import IMPALAConfig, PrecisionChoice, with_measured_precision
 from workbench.models import ActorCritic
+from workbench.replay import FrameStorage
 from workbench.runs.evaluation import evaluate, export_policy, load_policy
 from workbench.runs.recipes import RECIPES
 from workbench.seed import Seed, SeedConfig
@@ -22,6 +24,7 @@ from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
 APEX = APEX_RECIPES["apex-dqn-pong-fast"]
 SEED = SEED_RECIPES["seed-vtrace-pong-fast"]
 PPO = RECIPES["ppo-pong-fast"]
+DQN_PONG = RECIPES["dqn-pong-fast"]
 
 
 def test_both_play_ppo_pong_fasts_protocol_with_its_network():
@@ -47,6 +50,30 @@ def test_apex_trains_each_env_step_eight_times_whatever_the_machine():
 def test_apex_writes_every_stream_of_its_frame_replay():
     # The replay makes max_actors x envs_per_actor streams; apex-dqn-pong wrote half of them.
     assert APEX.config.max_actors == APEX.config.num_actors
+
+
+def test_single_process_dqn_learns_as_apex_does_but_with_one_annealed_epsilon():
+    shared = (
+        "n_step double batch_size learning_rate adam_eps target_update_interval max_grad_norm "
+        "prioritized replay_capacity"
+    ).split()
+    for name in shared:
+        assert getattr(DQN_PONG.config, name) == getattr(APEX.config.agent, name), name
+    assert DQN_PONG.config.replay_ratio == APEX.config.max_replay_ratio == 8.0
+    assert DQN_PONG.config.learning_starts == APEX.config.learning_starts
+    assert dict(DQN_PONG.model_options) == APEX.config.model_options
+    assert dict(DQN_PONG.env_options) == APEX.config.env_options
+    assert DQN_PONG.num_envs == APEX.num_envs == 16
+    # Mnih et al. 2015's schedule, 1 -> 0.01 over the first 10% of the budget
+    config = DQN_PONG.config
+    assert (config.epsilon_start, config.epsilon_end, config.exploration_fraction) == (1, 0.01, 0.1)
+
+
+def test_single_process_dqn_stores_each_frame_once_in_a_stream_per_env():
+    agent = dataclasses.replace(DQN_PONG, measure_precision=False).make_learner(0)
+    storage = agent.replay.storage
+    assert isinstance(storage, FrameStorage) and storage.num_envs == DQN_PONG.num_envs
+    assert agent.replay.capacity == DQN_PONG.config.replay_capacity  # 400k: a multiple of 16
 
 
 def test_seed_learns_each_unroll_four_times_in_steps_of_ppos_minibatch_size():

@@ -10,7 +10,7 @@ from workbench.apex.run import Apex
 from workbench.envs import env_spaces
 from workbench.learners import DDPGConfig, DQNConfig, with_measured_precision
 from workbench.models import QNetwork
-from workbench.runs.recipes import run_recipe
+from workbench.runs.recipe_run import run_recipe
 from workbench.system import resolve_device
 
 __all__ = ["APEX_CARTPOLE_AGENT", "APEX_RECIPES", "ApexRecipe"]

@@ -12,13 +12,12 @@ cycle (``make_run(seed)``), and ``run_recipe`` runs it against the recipe's budg
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from workbench.envs import env_spaces
+from workbench.envs import env_spaces, is_atari
 from workbench.learners import (
     A2C,
     DQN,
@@ -30,6 +29,7 @@ from workbench.learners import (
 )
 from workbench.models import ActorCritic, QNetwork
 from workbench.runs.levers import Levers, choose_levers, learner_work
+from workbench.runs.recipe_run import run_recipe
 from workbench.runs.records import load_checkpoint_file
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
@@ -44,68 +44,6 @@ __all__ = [
     "dqn_variant",
     "run_recipe",
 ]
-
-
-def run_recipe(
-    recipe: Any,
-    seed: int,
-    *,
-    max_seconds: float | None = None,
-    on_update: Callable[[dict[str, Any]], None] | None = None,
-    runs_dir: str | None = None,
-    stop_at_target: bool = True,
-    max_env_steps: int | None = None,
-    resume_from: "str | os.PathLike | None" = None,
-) -> dict[str, Any]:
-    """Run ``recipe.make_run(seed)`` until its target, its env-step budget or ``max_seconds``
-    (with ``stop_at_target=False`` it trains on past the target, to the budget or the time limit:
-    a fixed budget whose last checkpoint an evaluation plays, the first crossing still recorded).
-
-    Returns ``steps_to_target`` (env steps of the first row whose ``target_metric`` reached the
-    target; None if none did), ``stopped`` (``"target"``, ``"budget"``, ``"time"``, or
-    ``"stop"`` when it was stopped or interrupted), ``curve``
-    (one point per row: ``env_steps``, ``mean_return`` (the target metric), ``episodes``,
-    ``seconds``, ``updates``), ``final_return`` and the ``run`` itself. ``on_update`` gets each
-    point as it comes (an interrupted hour keeps what it learned). ``max_env_steps`` stops it
-    sooner than the budget (whose length still sets the learning rate's annealing);
-    ``resume_from`` continues a checkpoint of the recipe's run (``Recipe.make_run``).
-    """
-    resuming = {} if resume_from is None else {"resume_from": resume_from}
-    run = recipe.make_run(seed, runs_dir=runs_dir, **resuming)
-    curve: list[dict[str, Any]] = []
-    reached: list[int] = []
-
-    def point(row: dict[str, Any]) -> None:
-        if "event" in row:
-            return
-        value = row.get(run.target_metric)
-        item = {
-            "env_steps": row["charts/env_steps"],
-            "mean_return": value,
-            "episodes": row["charts/total_episodes"],
-            "seconds": row["charts/wall_seconds"],
-            "updates": row["charts/updates"],
-        }
-        curve.append(item)
-        if value is not None and value >= recipe.target_return and not reached:
-            reached.append(row["charts/env_steps"])
-        if on_update is not None:
-            on_update(item)
-
-    run.on_row(point)
-    target = recipe.target_return if stop_at_target else None
-    steps = recipe.total_steps if max_env_steps is None else min(max_env_steps, recipe.total_steps)
-    run.run(env_steps=steps, seconds=max_seconds, target_return=target)
-    stopped = {"target": "target", "seconds": "time", "env_steps": "budget"}.get(
-        run.ended_by, run.ended_by or "budget"
-    )
-    return {
-        "steps_to_target": reached[0] if reached else None,
-        "stopped": stopped,
-        "curve": curve,
-        "final_return": curve[-1]["mean_return"] if curve else None,
-        "run": run,
-    }
 
 
 @dataclass(frozen=True)
@@ -175,8 +113,9 @@ class Recipe:
             if self.measure_threads:
                 torch.set_num_threads(levers.torch_threads)
             print(f"{self.name}: {levers.describe()}", flush=True)
-        if self.algorithm is DQN:
-            return ReplayAgent(DQN(model, config), seed=seed)
+        if self.algorithm is DQN:  # Atari: each frame stored once, a stream per env
+            streams = self.num_envs if is_atari(self.env_id) else None
+            return ReplayAgent(DQN(model, config), seed=seed, frame_streams=streams)
         if self.algorithm is PPO:
             return PPO(model, config, seed=seed)
         return self.algorithm(model, config)
@@ -432,6 +371,45 @@ RECIPES["ppo-pong-fast-sticky"] = replace(
     name="ppo-pong-fast-sticky",
     env_options=(("repeat_action_probability", 0.25), ("screen_size", 42)),
     note="ppo-pong-fast with sticky actions 0.25 (ALE/Pong-v5's default), recorded beside it",
+)
+
+# The DQN family of notebook 05 at Atari scale in one process, beside Ape-X on the same machine:
+# apex-dqn-pong-fast's learner (double, dueling, 3-step, prioritized, batch 64, each env step
+# trained 8 times, the target copied every 1,000 updates) and its 16 envs, acting with one epsilon
+# annealed 1 -> 0.01 over the first 300k env steps instead of Ape-X's fixed ladder of epsilons.
+RECIPES["dqn-pong-fast"] = Recipe(
+    name="dqn-pong-fast",
+    env_id="ALE/Pong-v5",
+    algorithm=DQN,
+    config=DQNConfig(
+        n_step=3,
+        double=True,
+        batch_size=64,
+        learning_rate=1.5e-4,
+        adam_eps=1.5e-4,
+        replay_ratio=8.0,
+        replay_capacity=400_000,
+        learning_starts=20_000,
+        target_update_interval=1_000,
+        max_grad_norm=10.0,
+        epsilon_start=1.0,
+        epsilon_end=0.01,
+        exploration_fraction=0.1,
+        prioritized=True,
+    ),
+    env_options=(("repeat_action_probability", 0.0), ("screen_size", 42)),
+    model_options=(("trunk", "cnn-universe"), ("dueling", True)),
+    num_envs=16,
+    horizon=4,  # 64 env steps a collect, 8 updates of 64 on them
+    total_steps=3_000_000,
+    target_return=18.0,
+    note="single-process DQN (double, dueling, 3-step, prioritized) on Pong sized for 2 cores: "
+    "the collector thread steps 16 envs with the last update's network while the learner trains, "
+    "each frame stored once in the replay",
+    sampler="serial",
+    mode="async",
+    measure_precision=True,  # bfloat16 halves an update on an AVX-512 bf16 CPU (compile: no)
+    torch_threads=1,
 )
 
 # --- The DQN family as one-line changes (notebook 05) ---------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from workbench.envs import env_spaces
 from workbench.learners import IMPALAConfig, R2D2Config, with_measured_precision
 from workbench.models import ActorCritic
-from workbench.runs.recipes import run_recipe
+from workbench.runs.recipe_run import run_recipe
 from workbench.seed.config import SeedConfig, learner_config
 from workbench.seed.run import Seed
 from workbench.system import resolve_device

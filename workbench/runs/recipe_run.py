@@ -1,0 +1,74 @@
+"""``run_recipe``: a recipe's run to its target, its env-step budget or a time limit, with the
+learning curve ``benchmarks/learning.py`` records. Every kind of recipe (``runs.recipes``,
+``apex.recipes``, ``seed.recipes``) runs through it: it needs only ``make_run(seed)``,
+``target_return`` and ``total_steps``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["run_recipe"]
+
+
+def run_recipe(
+    recipe: Any,
+    seed: int,
+    *,
+    max_seconds: float | None = None,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    runs_dir: str | None = None,
+    stop_at_target: bool = True,
+    max_env_steps: int | None = None,
+    resume_from: "str | os.PathLike | None" = None,
+) -> dict[str, Any]:
+    """Run ``recipe.make_run(seed)`` until its target, its env-step budget or ``max_seconds``
+    (with ``stop_at_target=False`` it trains on past the target, to the budget or the time limit:
+    a fixed budget whose last checkpoint an evaluation plays, the first crossing still recorded).
+
+    Returns ``steps_to_target`` (env steps of the first row whose ``target_metric`` reached the
+    target; None if none did), ``stopped`` (``"target"``, ``"budget"``, ``"time"``, or
+    ``"stop"`` when it was stopped or interrupted), ``curve``
+    (one point per row: ``env_steps``, ``mean_return`` (the target metric), ``episodes``,
+    ``seconds``, ``updates``), ``final_return`` and the ``run`` itself. ``on_update`` gets each
+    point as it comes (an interrupted hour keeps what it learned). ``max_env_steps`` stops it
+    sooner than the budget (whose length still sets the learning rate's annealing);
+    ``resume_from`` continues a checkpoint of the recipe's run (``Recipe.make_run``).
+    """
+    resuming = {} if resume_from is None else {"resume_from": resume_from}
+    run = recipe.make_run(seed, runs_dir=runs_dir, **resuming)
+    curve: list[dict[str, Any]] = []
+    reached: list[int] = []
+
+    def point(row: dict[str, Any]) -> None:
+        if "event" in row:
+            return
+        value = row.get(run.target_metric)
+        item = {
+            "env_steps": row["charts/env_steps"],
+            "mean_return": value,
+            "episodes": row["charts/total_episodes"],
+            "seconds": row["charts/wall_seconds"],
+            "updates": row["charts/updates"],
+        }
+        curve.append(item)
+        if value is not None and value >= recipe.target_return and not reached:
+            reached.append(row["charts/env_steps"])
+        if on_update is not None:
+            on_update(item)
+
+    run.on_row(point)
+    target = recipe.target_return if stop_at_target else None
+    steps = recipe.total_steps if max_env_steps is None else min(max_env_steps, recipe.total_steps)
+    run.run(env_steps=steps, seconds=max_seconds, target_return=target)
+    stopped = {"target": "target", "seconds": "time", "env_steps": "budget"}.get(
+        run.ended_by, run.ended_by or "budget"
+    )
+    return {
+        "steps_to_target": reached[0] if reached else None,
+        "stopped": stopped,
+        "curve": curve,
+        "final_return": curve[-1]["mean_return"] if curve else None,
+        "run": run,
+    }

@@ -7,7 +7,8 @@ Reads the run of ``--seed`` from ``--data`` (default ``data/learning_<recipe>.js
 ``benchmarks/learning.py``), loads the ``checkpoint.pt`` in its ``run_dir``, plays ``--games``
 whole games on envs seeded apart from training's (``runs.evaluation.EVALUATION_SEED``) twice: with
 greedy actions (the policy's most likely action, as Stable-Baselines3's ``evaluate_policy`` plays by
-default), and with actions sampled from the policy as in training. It writes their raw scores into
+default), and with actions sampled from the policy as in training (a Q-network's, DQN's and Ape-X's:
+epsilon-greedy at ``models.EVALUATION_EPSILON``). It writes their raw scores into
 that run's entry (``evaluation``: greedy; ``evaluation_sampled``; each with returns, mean, seed,
 command, commit). With ``--animation`` one more greedy game is saved as a GIF (under 3 MB); with
 ``--policy`` the weights alone are kept (``runs.evaluation.export_policy``), for ``lab.watch`` in
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
+    from workbench.apex import APEX_RECIPES
+    from workbench.models import EVALUATION_EPSILON, QPolicy
     from workbench.runs.evaluation import (
         evaluate,
         export_policy,
@@ -56,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     from workbench.seed import SEED_RECIPES
 
     torch.set_num_threads(1)
-    # SEED's V-trace recipes play as a Run's do: an ActorCritic and its weights.
-    known = {**RECIPES, **{k: v for k, v in SEED_RECIPES.items() if v.config.algorithm == "vtrace"}}
+    # SEED's V-trace recipes play as a Run's do (an ActorCritic and its weights), Ape-X DQN's as a
+    # DQN Run's (a QPolicy); R2D2's recurrent network and DPG's actor are not played here.
+    known = {
+        **RECIPES,
+        **{k: v for k, v in SEED_RECIPES.items() if v.config.algorithm == "vtrace"},
+        **{k: v for k, v in APEX_RECIPES.items() if v.config.algo == "dqn"},
+    }
     if args.recipe not in known:
         sys.exit(f"unknown recipe {args.recipe!r}; choose one of {', '.join(known)}")
     recipe = known[args.recipe]
@@ -76,13 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     model = load_policy(recipe, checkpoint)
     options = dict(recipe.env_options)
+    explored = f"epsilon {EVALUATION_EPSILON}" if isinstance(model, QPolicy) else "sampled"
     results = {}
     for key, deterministic in (("evaluation", True), ("evaluation_sampled", False)):
         result = evaluate(
             model, recipe.env_id, games=args.games, env_options=options, deterministic=deterministic
         )
         print(
-            f"{args.recipe} seed {args.seed}, {'greedy' if deterministic else 'sampled'} actions: "
+            f"{args.recipe} seed {args.seed}, {'greedy' if deterministic else explored} actions: "
             f"{args.games} games, mean {result.mean:+.1f} (std {result.std:.1f}), "
             f"returns {[int(r) for r in result.returns]}"
         )

@@ -26,6 +26,7 @@ from workbench.apex import (
 )
 from workbench.apex.transports.local import SharedParameters
 from workbench.learners import DQNConfig
+from workbench.runs.evaluation import load_policy
 from workbench.runs.records import load_checkpoint_file, load_metrics
 
 CARTPOLE_AGENT = dict(
@@ -404,6 +405,9 @@ def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thre
     recipe = ApexRecipe("cartpole", config, target_return=475.0, total_steps=10_000)
     through_recipe = recipe.make_run(0, resume_from=apex.dir)  # benchmarks/learning.py's way
     assert (through_recipe.name, through_recipe.updates) == (apex.name, apex.updates)
+    policy = load_policy(recipe, apex.dir)  # benchmarks/evaluate.py's: the learner's Q-network
+    trained = apex.agent.model.q_network.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in policy.q_network.state_dict().items())
     resumed = Apex.from_checkpoint(apex.dir, log_interval=0.5)
     assert resumed.name == apex.name and resumed.metrics_path == apex.metrics_path
     assert (resumed.updates, resumed.env_steps) == (apex.updates, apex.env_steps)

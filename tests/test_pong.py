@@ -20,7 +20,14 @@ import torch
 from workbench.envs import env_spaces
 from workbench.learners import choose_precision
 from workbench.learners.precision import update_rate
-from workbench.models import ActorCritic, NatureCNN, UniverseCNN
+from workbench.models import (
+    EVALUATION_EPSILON,
+    ActorCritic,
+    NatureCNN,
+    QNetwork,
+    QPolicy,
+    UniverseCNN,
+)
 from workbench.runs.evaluation import (
     EVALUATION_SEED,
     RandomPolicy,
@@ -237,6 +244,39 @@ def test_export_policy_keeps_the_weights_alone_and_load_policy_reads_both(tmp_pa
     ):
         assert torch.equal(a, b) and torch.equal(a, c)
     assert not from_file.training
+
+
+def test_a_dqn_checkpoint_plays_as_a_q_policy_greedy_or_nearly(tmp_path):
+    recipe = RECIPES["dqn-cartpole"]
+    run = recipe.make_run(0, runs_dir=str(tmp_path), name="dqn")
+    run.run(env_steps=recipe.config.learning_starts + 2 * recipe.num_envs * recipe.horizon)
+    assert run.learner.num_updates > 0
+    policy = load_policy(recipe, export_policy(run.dir, tmp_path / "policy.pt"))
+    assert isinstance(policy, QPolicy) and policy.epsilon == EVALUATION_EPSILON == 0.001
+    trained = run.learner.model.q_network.state_dict()  # the sampler's EpsilonGreedy, unwrapped
+    assert all(torch.equal(v, trained[k]) for k, v in policy.q_network.state_dict().items())
+    obs = torch.randn(64, 4)
+    greedy = policy.act(obs, deterministic=True)["action"]
+    assert torch.equal(greedy, policy.q_network(obs).argmax(-1))
+    assert len(evaluate(policy, recipe.env_id, games=2, deterministic=True).returns) == 2
+
+
+def test_a_q_policy_explores_at_its_epsilon_with_the_generator_given():
+    policy = QPolicy(QNetwork((4,), 3), epsilon=0.5)
+    obs = torch.randn(4000, 4)
+    greedy = policy.act(obs, deterministic=True)["action"]
+    first = policy.act(obs, generator=torch.Generator().manual_seed(1))["action"]
+    again = policy.act(obs, generator=torch.Generator().manual_seed(1))["action"]
+    assert torch.equal(first, again)
+    # half explore, a third of those land on the greedy action anyway: 1/3 differ
+    assert (first != greedy).float().mean().item() == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_play_shows_a_q_policys_game():
+    observation_space, action_space = env_spaces(PONG, **NO_STICKY)
+    policy = QPolicy(QNetwork(observation_space.shape, action_space.n))
+    frames = [f for _, f in zip(range(30), play(policy, PONG, env_options=NO_STICKY))]
+    assert len(frames) == 30 and frames[-1].screen.shape == (210, 160, 3)
 
 
 def test_load_policy_names_the_recipe_a_checkpoint_needs(tmp_path):

@@ -52,6 +52,20 @@ class ApexRecipe:
     sampler = "apex-local"
 
     @property
+    def env_options(self) -> dict:
+        return self.config.env_options
+
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> QNetwork:
+        """The learner's ``QNetwork`` with the recipe's ``model_options`` (what ``load_policy``
+        fills with a checkpoint's weights). Ape-X DPG recipes refuse: their actor is continuous."""
+        if self.config.algo != "dqn":
+            raise ValueError(
+                f"{self.name!r} learns Ape-X DPG; only an Ape-X DQN recipe's Q-network is "
+                "evaluated as a policy."
+            )
+        return QNetwork(obs_shape, num_actions, **self.config.model_options)
+
+    @property
     def num_workers(self) -> int:
         return self.config.num_actors
 

@@ -17,7 +17,7 @@ episodes. Observations must already be on the model's device.
 """
 
 from workbench.models.actor_critic import ActorCritic, ContinuousQ, DeterministicPolicy
-from workbench.models.q_networks import EpsilonGreedy, QNetwork
+from workbench.models.q_networks import EVALUATION_EPSILON, EpsilonGreedy, QNetwork, QPolicy
 from workbench.models.recurrent import RecurrentQNetwork
 from workbench.models.trunks import MLP, NatureCNN, UniverseCNN, make_trunk
 
@@ -26,10 +26,12 @@ __all__ = [
     "ActorCritic",
     "ContinuousQ",
     "DeterministicPolicy",
+    "EVALUATION_EPSILON",
     "EpsilonGreedy",
     "NatureCNN",
     "UniverseCNN",
     "QNetwork",
+    "QPolicy",
     "RecurrentQNetwork",
     "make_trunk",
 ]

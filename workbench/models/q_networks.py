@@ -1,5 +1,5 @@
-"""Action-value heads: ``QNetwork`` (DQN, dueling, C51, Ape-X) and ``EpsilonGreedy``, what a
-sampler collects DQN's data with."""
+"""Action-value heads: ``QNetwork`` (DQN, dueling, C51, Ape-X), ``EpsilonGreedy``, what a
+sampler collects DQN's data with, and ``QPolicy``, what an evaluation plays."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from workbench.models.trunks import (
     resolve_trunk,
 )
 
-__all__ = ["EpsilonGreedy", "QNetwork", "epsilon_greedy"]
+__all__ = ["EVALUATION_EPSILON", "EpsilonGreedy", "QNetwork", "QPolicy", "epsilon_greedy"]
 
 
 def epsilon_greedy(q: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tensor:
@@ -178,3 +178,37 @@ class EpsilonGreedy(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.q_network.act(obs, self.epsilon)
+
+
+EVALUATION_EPSILON = 0.001
+"""The evaluation epsilon of Dopamine's Atari Rainbow (``rainbow.gin``: ``epsilon_eval = 0.001``):
+a nearly greedy agent that a deterministic game cannot trap in a loop."""
+
+
+class QPolicy(nn.Module):
+    """A trained ``QNetwork`` played as a policy, with an evaluation's interface
+    (``act(obs, deterministic)``, as ``ActorCritic``'s): greedy when ``deterministic``, else
+    epsilon-greedy at ``epsilon`` (default ``EVALUATION_EPSILON``). ``generator`` draws the
+    exploration, so a watched game replays."""
+
+    def __init__(self, q_network: QNetwork, epsilon: float = EVALUATION_EPSILON) -> None:
+        super().__init__()
+        self.q_network, self.epsilon = q_network, float(epsilon)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_network(obs)
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, torch.Tensor]:
+        out = self.q_network.act(obs, 0.0)  # greedy: argmax of Q (C51: of its expectation)
+        if deterministic or self.epsilon == 0.0:
+            return out
+        action = out["action"]
+        explore = torch.rand(action.shape, generator=generator) < self.epsilon
+        random = torch.randint(self.q_network.num_actions, action.shape, generator=generator)
+        return {**out, "action": torch.where(explore, random, action)}

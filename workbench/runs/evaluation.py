@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from workbench.envs import env_spaces, is_atari, make_vector_env
+from workbench.models import QNetwork, QPolicy
 from workbench.runs.records import load_checkpoint_file, save_atomically
 
 __all__ = [
@@ -88,15 +89,17 @@ class Evaluation:
 
 def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
     """``recipe``'s model (``recipe.make_model``, sized by its ``env_options``) with the weights of
-    ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s or a SEED V-trace run's),
-    in eval mode on the CPU."""
+    ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s, a SEED V-trace run's or
+    an Ape-X DQN run's), in eval mode on the CPU. A Q-network comes back as a ``QPolicy``: greedy
+    when an evaluation asks for determinism, else epsilon-greedy at ``EVALUATION_EPSILON``."""
     saved = load_checkpoint_file(checkpoint)
     state = saved.get("state", {})
     weights = model_weights(state)
     if weights is None:
         raise ValueError(
-            f"{checkpoint} holds no model weights under state['algo'] or state['learner']; pass "
-            "the checkpoint of a Run (PPO, A2C, DQN) or of a SEED V-trace run."
+            f"{checkpoint} holds no model weights under state['algo'], state['learner'] or "
+            "state['agent']; pass the checkpoint of a Run (PPO, A2C, DQN), of a SEED V-trace run "
+            "or of an Ape-X DQN run."
         )
     env_id = env_id_of(state)
     if env_id not in (None, recipe.env_id):
@@ -106,14 +109,23 @@ def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
         )
     observation_space, action_space = env_spaces(recipe.env_id, **dict(recipe.env_options))
     model = recipe.make_model(observation_space.shape, action_space.n)
+    if isinstance(model, QNetwork):  # trained inside EpsilonGreedy: its epsilon is training's
+        prefix = "q_network."
+        if any(key.startswith(prefix) for key in weights):
+            weights = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+        model.load_state_dict(weights)
+        return QPolicy(model).eval()
     model.load_state_dict(weights)
     return model.eval()
 
 
 def model_weights(state: dict[str, Any]) -> dict[str, torch.Tensor] | None:
-    """The model weights in a checkpoint's state: a Run keeps its learner under ``"algo"``, a
-    SEED run under ``"learner"`` (None: neither)."""
-    holder = state.get("algo", state.get("learner"))
+    """The model weights in a checkpoint's state: a Run keeps its learner under ``"algo"`` (a
+    replay learner inside its ``ReplayAgent``'s ``"learner"``), a SEED run under ``"learner"``,
+    an Ape-X run under ``"agent"`` (None: none of these)."""
+    holder = state.get("algo", state.get("learner", state.get("agent")))
+    if isinstance(holder, dict) and "model" not in holder:
+        holder = holder.get("learner")  # a ReplayAgent's state: its DQN's
     return holder.get("model") if isinstance(holder, dict) else None
 
 
@@ -239,11 +251,15 @@ def play(
         rgb, _ = screen.reset(seed=seed)
         for step in range(max_steps):
             yield Frame(screen=rgb[0, -1], view=obs[0, -1], score=(score[0], score[1]), step=step)
-            logits, _ = model(torch.as_tensor(obs))
-            if deterministic:
-                action = logits.argmax(-1)
+            if isinstance(model, QPolicy):
+                action = model.act(torch.as_tensor(obs), deterministic, generator)["action"]
             else:
-                action = torch.multinomial(logits.softmax(-1).float(), 1, generator=generator)[:, 0]
+                logits, _ = model(torch.as_tensor(obs))
+                if deterministic:
+                    action = logits.argmax(-1)
+                else:
+                    probabilities = logits.softmax(-1).float()
+                    action = torch.multinomial(probabilities, 1, generator=generator)[:, 0]
             obs, reward, _, _, info = agent.step(action.numpy())
             rgb, screen_reward, _, _, screen_info = screen.step(action.numpy())
             done = bool(info["episode_done"][0])

@@ -171,6 +171,9 @@ def _vtrace_pong_fast() -> SeedConfig:
     # learned 4 times (3 fresh unrolls and 9 replayed per step, V-trace correcting their lag;
     # the actors wait when the learner falls 2 updates behind), Adam at 5e-4 annealed to 0,
     # bfloat16 where it times faster. Two actors of 16 envs answering in halves of 8.
+    # The anneal spans 120k updates, about two hours here: over 60k (one hour) seed 2 climbed
+    # from 0 to 11 at half the rate and then sat at 11-15 as the rate ran out, where seeds 0
+    # and 1 had crossed 18 by 30k updates (data/learning_seed_vtrace_pong_fast.json, 456c87d).
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",
@@ -187,7 +190,7 @@ def _vtrace_pong_fast() -> SeedConfig:
             batch_size=12,
             unroll_length=20,
             entropy_cost=0.01,
-            anneal_updates=60_000,
+            anneal_updates=120_000,
         ),
         replay_ratio=4.0,
         replay_unrolls=256,

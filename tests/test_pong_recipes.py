@@ -83,6 +83,16 @@ def test_seed_learns_each_unroll_four_times_in_steps_of_ppos_minibatch_size():
     assert learner.anneal_updates is not None
 
 
+def test_r2d2_plays_the_same_protocol_on_the_same_trunk_and_trains_dqns_rows_per_step():
+    r2d2 = SEED_RECIPES["seed-r2d2-pong-fast"]
+    assert r2d2.config.env_options == SEED.config.env_options
+    assert r2d2.config.model_options["trunk"] == SEED.config.model_options["trunk"]
+    learner = r2d2.config.learner
+    stride = learner.sequence_length - learner.overlap  # a sequence starts every stride steps
+    assert r2d2.config.replay_ratio * learner.sequence_length / stride == 8.0
+    assert r2d2.config.max_actors == r2d2.config.num_actors == 4  # Ape-X's ladder, four rungs
+
+
 def test_with_measured_precision_sets_what_it_measured_and_keeps_the_rest():
     config = IMPALAConfig(learning_rate=1e-3, batch_size=3, unroll_length=4)
     model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")

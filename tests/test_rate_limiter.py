@@ -110,6 +110,25 @@ def test_inserts_never_wait_during_the_warm_up_or_without_min_ratio():
     assert unbounded.can_insert()
 
 
+def test_pending_items_count_as_inserted_so_a_producers_queue_cannot_outrun_the_learner():
+    limiter = RateLimiter(min_ratio=1.0, max_ratio=1.0, slack=4)
+    limiter.insert(4)
+    assert limiter.can_insert()  # owes 4: within the slack
+    assert limiter.can_insert(pending=0) and not limiter.can_insert(pending=1)  # 0 + 4 < 5
+    limiter.sample(3)
+    assert limiter.can_insert(pending=3) and not limiter.can_insert(pending=4)  # 3 + 4 < 8
+
+
+def test_pending_items_that_would_end_the_warm_up_count_as_its_last_insert():
+    limiter = RateLimiter(min_ratio=1.0, min_inserts=20, slack=2)
+    limiter.insert(15)
+    assert limiter.can_insert(pending=4)  # 19 < 20: still warming up
+    assert limiter.can_insert(pending=5) is False  # ends it: 5 counted, 0 + 2 < 5
+    limiter.insert(4)
+    assert limiter.can_insert(pending=2)  # 2 counted (the warm-up data not): 0 + 2 >= 2
+    assert not limiter.can_insert(pending=3)
+
+
 # --- batches_allowed ----------------------------------------------------------------------------
 
 

@@ -91,6 +91,15 @@ def test_episode_ends_are_marked_on_the_row_they_end_and_truncations_keep_the_fi
     assert window["final_obs"][1, 0] == 99.0
 
 
+def test_windows_for_a_learner_that_masks_truncations_keep_no_final_observations():
+    assembler = TrajectoryAssembler(num_slots=1, length=3, period=2, final_obs=False)
+    assembler.on_step(step([0], [0.0], flags=FIRST))
+    assembler.on_step(step([0], [1.0], flags=FIRST | TRUNCATED | EPISODE_DONE, final_obs=[9.0]))
+    assembler.on_step(step([0], [2.0]))
+    [window] = assembler.take(1, timeout=0)
+    assert "final_obs" not in window and window["truncated"][:2].tolist() == [True, False]
+
+
 def test_a_restarted_actor_drops_its_half_assembled_window():
     assembler = TrajectoryAssembler(num_slots=1, length=3, period=2)
     assembler.on_step(step([0], [0.0]))
@@ -281,6 +290,48 @@ def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(rat
     for _ in range(3):
         learning.learn(0.0)
     assert seen == held
+
+
+@pytest.mark.parametrize(
+    "ratio, queued, calls, held", [(16.0, 100, 2, [True]), (1.0, 40, 1, [False])]
+)
+def test_an_r2d2_learner_behind_counting_queued_sequences_holds_the_server_a_batch_at_a_time(
+    ratio, queued, calls, held
+):
+    # seed-r2d2-cartpole-novelocity: batches of 32, 64 sequences before the first update, a slack
+    # of 2 batches. At its ratio of 16, 100 queued sequences owe 1,600 samples: the learner holds
+    # the server's lock through each call, storing 32 at a time (the second call ends the warm-up
+    # and trains). At ratio 1 with 32 to warm up, 40 queued owe 40, within the slack of 64.
+    config = SEED_RECIPES["seed-r2d2-cartpole-novelocity"].config
+    if ratio == 1.0:
+        config = replace(config, replay_ratio=1.0, min_replay_sequences=32)
+    learning = SeedLearning(config)
+    with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
+        while learning.assembler.queued < queued:
+            actors.step()
+    waiting = learning.assembler.queued
+    seen = []
+    update = learning.learner.update
+
+    def watched(batch):
+        free = []  # can another thread (the server's) take the lock while this update runs?
+
+        def probe():
+            if learning.lock.acquire(blocking=False):
+                learning.lock.release()
+                free.append(True)
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        seen.append(not free)
+        return update(batch)
+
+    learning.learner.update = watched
+    for _ in range(calls):
+        learning.learn(0.0)
+    assert seen == held
+    assert learning.assembler.queued == waiting - 32 * calls  # a batch stored per call
 
 
 def test_a_serial_seed_run_is_deterministic(tmp_path):

@@ -91,11 +91,13 @@ class RateLimiter:
             return False
         return self.max_ratio is None or self.sampled + count <= self.max_ratio * self.counted
 
-    def can_insert(self) -> bool:
-        """Whether items may be inserted now: the learner is within ``slack`` of ``min_ratio``."""
-        if self.min_ratio is None or not self.warmed_up:
+    def can_insert(self, pending: int = 0) -> bool:
+        """Whether items may be inserted now: the learner is within ``slack`` of ``min_ratio``,
+        counting ``pending`` items made but not yet inserted (a producer's queue) as inserted."""
+        if self.min_ratio is None or self.inserted + pending < self.min_inserts:
             return True
-        return self.sampled + self.slack >= self.min_ratio * self.counted
+        counted = self.counted + pending if self.warmed_up else pending  # pending ends the warm-up
+        return self.sampled + self.slack >= self.min_ratio * counted
 
     def batches_allowed(self, batch_size: int) -> int:
         """Batches of ``batch_size`` that ``max_ratio`` allows now (0 during the warm-up)."""

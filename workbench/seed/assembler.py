@@ -30,7 +30,9 @@ class TrajectoryAssembler:
     emitted; that row only serves as the observation to bootstrap from. Windows overlap by
     ``length - period`` rows: V-trace unrolls by 1 (``length = T + 1``, ``period = T``), R2D2
     sequences by ``burn_in + overlap``. The recurrent state before row 0 is kept per window as
-    ``state_names`` (R2D2's stored state).
+    ``state_names`` (R2D2's stored state). ``final_obs=False`` keeps no final observations, for a
+    learner that masks truncated steps instead of bootstrapping from them (R2D2): its windows
+    are then half the size.
 
     Windows wait in a thread-safe queue for ``take``; an env whose actor restarted starts over.
     """
@@ -43,6 +45,7 @@ class TrajectoryAssembler:
         *,
         state_names: tuple[str, ...] = ("state_h", "state_c"),
         max_queued: int = 100_000,
+        final_obs: bool = True,
     ) -> None:
         if not 1 <= period <= length - 1:
             raise ValueError(
@@ -50,6 +53,7 @@ class TrajectoryAssembler:
             )
         self.num_slots, self.length, self.period = num_slots, length, period
         self.state_names = state_names
+        self.keeps_final_obs = final_obs
         self._count = np.zeros(num_slots, dtype=np.int64)
         self._rows: dict[str, np.ndarray] = {}
         self._queue: deque = deque(maxlen=max_queued)
@@ -64,7 +68,7 @@ class TrajectoryAssembler:
 
         self._rows = {
             "obs": rows(batch.obs),
-            "final_obs": rows(batch.obs),
+            **({"final_obs": rows(batch.obs)} if self.keeps_final_obs else {}),
             "actions": rows(batch.actions),
             "rewards": rows(batch.reward, np.float32),
             "terminated": rows(batch.flags, bool),
@@ -90,7 +94,7 @@ class TrajectoryAssembler:
             rows["terminated"][previous_slots, previous_rows] = (flags & TERMINATED) != 0
             truncated = (flags & TRUNCATED) != 0
             rows["truncated"][previous_slots, previous_rows] = truncated
-            if truncated.any():
+            if truncated.any() and self.keeps_final_obs:
                 rows["final_obs"][previous_slots[truncated], previous_rows[truncated]] = (
                     batch.final_obs[has_previous][truncated]
                 )

@@ -102,7 +102,9 @@ class SeedLearning:
             ).to(self.device)
             self.learner = R2D2(self.model, c, device=self.device, seed=config.seed, lock=self.lock)
             self.policy = RecurrentEpsilonGreedy(self.model, self.epsilons(config.num_actors))
-            self.assembler = TrajectoryAssembler(config.slots, c.stored_length, c.stride)
+            self.assembler = TrajectoryAssembler(
+                config.slots, c.stored_length, c.stride, final_obs=False
+            )
             self.replay = self.learner.make_replay()
             self.limiter = self.make_limiter()
             self.target_metric = "seed/return_least_exploring"
@@ -189,11 +191,22 @@ class SeedLearning:
         return metrics
 
     def _learn_r2d2(self, wait_seconds: float) -> dict[str, float] | None:
+        # The ratio from below too (as Reverb's SampleToInsertRatio): a learner behind it, counting
+        # the sequences assembled but not yet stored, holds the server's lock through this whole
+        # call (storing, prioritizing, training), so the actors wait. Holding it through the update
+        # alone let the server run while the learner prioritized, and on two cores the queue of
+        # sequences (and one priority pass over all of it) grew past 20 GB in three minutes.
+        behind = not self.limiter.can_insert(pending=self.assembler.queued)
+        with self.lock if behind else contextlib.nullcontext():
+            # Holding the lock, it never waits for a sequence: none could come.
+            return self._store_and_train_r2d2(0.0 if behind else wait_seconds)
+
+    def _store_and_train_r2d2(self, wait_seconds: float) -> dict[str, float] | None:
         c = self.learner_config
         owed = self.limiter.batches_allowed(c.batch_size)
         queued = self.assembler.queued
-        if queued:
-            fresh = self.assembler.take(queued)
+        if queued:  # at most a batch at a time: the priority pass's memory stays one batch's
+            fresh = self.assembler.take(min(queued, c.batch_size))
         else:
             fresh = None if owed else self.assembler.take(1, timeout=wait_seconds)
         if fresh:
@@ -209,13 +222,7 @@ class SeedLearning:
             return None
         sample, indices, weights = self.replay.sample(c.batch_size)
         self.limiter.sample(c.batch_size)
-        # The ratio from below too (as Reverb's SampleToInsertRatio): a learner too far behind holds
-        # the server's lock through its update, so the actors wait for it. Env steps per update then
-        # stay near 1 / replay_ratio on any machine, instead of growing as the learner's share of
-        # the CPU shrinks.
-        behind = not self.limiter.can_insert()
-        with self.lock if behind else contextlib.nullcontext():
-            metrics = self.learner.update({**sample, "weights": weights})
+        metrics = self.learner.update({**sample, "weights": weights})
         self.replay.update_priorities(indices, self.learner.priorities)
         return metrics
 

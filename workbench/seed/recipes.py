@@ -197,6 +197,39 @@ def _vtrace_pong_fast() -> SeedConfig:
     )
 
 
+def _r2d2_pong_fast() -> SeedConfig:
+    # R2D2 through SEED's server with ppo-pong-fast's protocol and network, sized for two cores,
+    # where the learner's updates are the budget: each update unrolls 16 sequences of 10 burn-in
+    # and 40 trained rows through the CNN and a 256-unit LSTM, twice (online and target), so short
+    # sequences (R2D2's 40/80/40 halved and quartered), a batch of 16, and each sequence trained
+    # 4 times (8 trained rows per env step, DQN's ratio). Gamma 0.99: Pong's points come within a
+    # few hundred steps. Four actors of 8 envs, so Ape-X's ladder has four rungs (0.4 to 0.00066).
+    return SeedConfig(
+        env_id="ALE/Pong-v5",
+        algorithm="r2d2",
+        num_actors=4,
+        envs_per_actor=8,
+        max_actors=4,
+        timeout=0.002,
+        model_options={"trunk": "cnn-universe", "lstm_size": 256},
+        env_options={"repeat_action_probability": 0.0, "screen_size": 42},
+        learner=R2D2Config(
+            gamma=0.99,
+            n_step=5,
+            burn_in=10,
+            sequence_length=40,
+            overlap=20,
+            batch_size=16,
+            learning_rate=2e-4,
+            adam_eps=1e-4,
+            target_update_interval=400,
+            replay_capacity=4_000,  # 50-step sequences of 4 x 42 x 42 frames: about 1.4 GB
+        ),
+        replay_ratio=4.0,
+        min_replay_sequences=256,
+    )
+
+
 SEED_RECIPES: dict[str, SeedRecipe] = {
     recipe.name: recipe
     for recipe in (
@@ -223,6 +256,15 @@ SEED_RECIPES: dict[str, SeedRecipe] = {
             note="2 env-only actors x 16 envs through the central server, learner on the GPU "
             "when there is one; on 2 CPU cores an hour shows how far V-trace gets beside PPO",
             device="auto",
+        ),
+        SeedRecipe(
+            "seed-r2d2-pong-fast",
+            _r2d2_pong_fast(),
+            target_return=18.0,
+            total_steps=5_000_000,
+            note="R2D2 through the central server on Pong sized for 2 cores: 16 sequences of "
+            "10 + 40 rows an update, each trained 4 times, 4 actors on Ape-X's epsilon ladder; "
+            "target met by the env exploring least (last 10 games)",
         ),
         SeedRecipe(
             "seed-vtrace-pong-fast",

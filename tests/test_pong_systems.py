@@ -58,8 +58,16 @@ def test_ppo_reached_18_in_the_minutes_its_record_states(rows):
 
 def test_ppo_counts_an_iteration_as_its_epochs_times_minibatches_of_steps():
     entry = {"algorithm": "PPO", "config": {"num_epochs": 4, "num_minibatches": 4}}
-    assert gradient_steps(entry, 10) == 160
-    assert gradient_steps({"algorithm": "Apex", "config": {}}, 10) == 10
+    assert gradient_steps(entry, {"updates": 10}) == 160
+    assert gradient_steps({"algorithm": "Apex", "config": {}}, {"updates": 10}) == 10
+
+
+def test_a_dqn_run_counts_its_learners_gradient_steps_not_its_iterations():
+    entry = {"algorithm": "DQN", "config": {"batch_size": 64}}
+    # 400 iterations of 64 env steps, the first 313 filling the replay's 20,000 before learning
+    assert gradient_steps(entry, {"updates": 400, "gradient_steps": 696}) == 696
+    with pytest.raises(ValueError, match="record it again"):
+        gradient_steps(entry, {"updates": 400})
 
 
 def test_an_unknown_learner_names_where_to_add_its_rule():

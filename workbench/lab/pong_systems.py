@@ -22,11 +22,20 @@ from workbench.lab.pong_studies import COLORS, first_crossing, load_json
 __all__ = ["gradient_steps", "samples_per_gradient_step", "system_rows", "systems_figure"]
 
 
-def gradient_steps(entry: dict[str, Any], updates: int) -> int:
-    """Gradient steps behind a recorded run's ``updates``: PPO and A2C count an iteration (its
-    epochs x minibatches of steps), every other learner one step per update."""
-    config = entry["config"]
-    if entry["algorithm"] in ("PPO", "A2C"):
+def gradient_steps(entry: dict[str, Any], point: dict[str, Any]) -> int:
+    """Gradient steps behind a recorded curve ``point``: a replay learner's own count where the
+    point has it (a DQN run's ``updates`` are its iterations, each a varying number of steps),
+    PPO and A2C an iteration's epochs x minibatches, every other learner one step per update."""
+    if point.get("gradient_steps") is not None:
+        return int(point["gradient_steps"])
+    algorithm, config = entry["algorithm"], entry["config"]
+    if algorithm == "DQN":
+        raise ValueError(
+            "this DQN record's points count iterations, not gradient steps; record it again with "
+            "benchmarks/learning.py, whose points now carry gradient_steps"
+        )
+    updates = point.get("updates", point.get("learner_updates", 0))
+    if algorithm in ("PPO", "A2C"):
         return updates * config.get("num_epochs", 1) * config.get("num_minibatches", 1)
     return updates
 
@@ -51,11 +60,6 @@ def samples_per_gradient_step(entry: dict[str, Any]) -> int:
     raise ValueError(f"no rule for the samples of a {algorithm} update; add one here")
 
 
-def last_updates(point: dict[str, Any]) -> int:
-    # Ape-X records before the run lifecycle named the count learner_updates.
-    return point.get("updates", point.get("learner_updates", 0))
-
-
 def system_rows(
     systems: Mapping[str, tuple[str, str]], data_dir: "str | Path", *, target: float = 18.0
 ) -> list[dict[str, Any]]:
@@ -68,7 +72,7 @@ def system_rows(
         for run in entry["runs"]:
             curve = run["curve"]
             last = curve[-1]
-            steps = gradient_steps(entry, last_updates(last))
+            steps = gradient_steps(entry, last)
             zero, reached = first_crossing(run, 0.0), first_crossing(run, target)
             rows.append(
                 {

@@ -29,12 +29,13 @@ def run_recipe(
 
     Returns ``steps_to_target`` (env steps of the first row whose ``target_metric`` reached the
     target; None if none did), ``stopped`` (``"target"``, ``"budget"``, ``"time"``, or
-    ``"stop"`` when it was stopped or interrupted), ``curve``
-    (one point per row: ``env_steps``, ``mean_return`` (the target metric), ``episodes``,
-    ``seconds``, ``updates``), ``final_return`` and the ``run`` itself. ``on_update`` gets each
-    point as it comes (an interrupted hour keeps what it learned). ``max_env_steps`` stops it
-    sooner than the budget (whose length still sets the learning rate's annealing);
-    ``resume_from`` continues a checkpoint of the recipe's run (``Recipe.make_run``).
+    ``"stop"`` when it was stopped or interrupted), ``curve`` (one point per row:
+    ``env_steps``, ``mean_return`` (the target metric), ``episodes``, ``seconds``, ``updates``,
+    and ``gradient_steps`` where the learner counts its own), ``final_return`` and the ``run``
+    itself. ``on_update`` gets each point as it comes (an interrupted hour keeps what it
+    learned). ``max_env_steps`` stops it sooner than the budget (whose length still sets the
+    learning rate's annealing); ``resume_from`` continues a checkpoint of the recipe's run
+    (``Recipe.make_run``).
     """
     resuming = {} if resume_from is None else {"resume_from": resume_from}
     run = recipe.make_run(seed, runs_dir=runs_dir, **resuming)
@@ -52,6 +53,8 @@ def run_recipe(
             "seconds": row["charts/wall_seconds"],
             "updates": row["charts/updates"],
         }
+        if "charts/gradient_steps" in row:  # a replay learner: its Run's updates are iterations
+            item["gradient_steps"] = int(row["charts/gradient_steps"])
         curve.append(item)
         if value is not None and value >= recipe.target_return and not reached:
             reached.append(row["charts/env_steps"])

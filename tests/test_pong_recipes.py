@@ -18,8 +18,8 @@ from workbench.models import ActorCritic
 from workbench.replay import FrameStorage
 from workbench.runs.evaluation import evaluate, export_policy, load_policy
 from workbench.runs.recipes import RECIPES
-from workbench.seed import Seed, SeedConfig
-from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
+from workbench.seed import Seed
+from workbench.seed.recipes import SEED_RECIPES
 
 APEX = APEX_RECIPES["apex-dqn-pong-fast"]
 SEED = SEED_RECIPES["seed-vtrace-pong-fast"]
@@ -138,6 +138,24 @@ def test_seed_measures_its_learners_network_at_its_batch_and_runs_with_the_choic
         run.stop()
 
 
+def test_seed_r2d2_measures_its_trunk_at_its_batch_of_rows_and_runs_with_the_choice(
+    monkeypatch, tmp_path
+):
+    calls: list = []
+    monkeypatch.setattr(seed_recipes, "with_measured_precision", measured_as_bfloat16(calls))
+    r2d2 = SEED_RECIPES["seed-r2d2-pong-fast"]
+    run = r2d2.make_run(0, runs_dir=str(tmp_path))
+    try:
+        learner = r2d2.config.learner
+        assert calls == [("UniverseCNN", (4, 42, 42), learner.batch_size * learner.stored_length)]
+        assert (run.config.learner.autocast, run.config.learner.channels_last) == (
+            "bfloat16",
+            True,
+        )
+    finally:
+        run.stop()
+
+
 def test_a_recipe_that_cannot_measure_its_learner_says_so():
     with pytest.raises(ValueError, match="measure_precision=False"):
         ApexRecipe(
@@ -147,8 +165,6 @@ def test_a_recipe_that_cannot_measure_its_learner_says_so():
             1000,
             measure_precision=True,
         )
-    with pytest.raises(ValueError, match="measure_precision=False"):
-        SeedRecipe("r2d2", SeedConfig(algorithm="r2d2"), 300.0, 1000, measure_precision=True)
 
 
 def test_a_seed_vtrace_checkpoint_plays_as_a_policy(tmp_path):

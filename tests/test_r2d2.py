@@ -237,6 +237,8 @@ def test_forward_names_the_fix_for_unbatched_time_or_bad_state() -> None:
         ({"priority_eta": 1.5}, "priority_eta"),
         ({"max_grad_norm": 0.0}, "None for no clipping"),
         ({"replay_capacity": 2}, "at least one batch"),
+        ({"autocast": "float16"}, "use autocast='bfloat16' or None"),
+        ({"compile": True}, "compile=False"),
     ],
 )
 def test_config_rejects_inconsistent_settings_naming_the_fix(overrides, fix) -> None:
@@ -249,6 +251,33 @@ def test_config_defaults_are_r2d2s_and_the_layout_adds_one_bootstrap_row() -> No
     assert (c.gamma, c.n_step, c.burn_in, c.sequence_length, c.overlap) == (0.997, 5, 40, 80, 40)
     assert (c.priority_eta, c.priority_alpha, c.importance_beta) == (0.9, 0.9, 0.6)
     assert c.stored_length == 121 and c.stride == 40
+
+
+def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding() -> None:
+    # V-trace's precision levers for R2D2 on Atari frames (issue 25): 3.1x per Pong update here.
+    config = small_config(burn_in=2, sequence_length=6, n_step=2)
+    L, B = config.stored_length, 3
+    rng = np.random.default_rng(0)
+    batch = random_batch(config, B, obs_dim=1, lstm_size=16)
+    batch["obs"] = rng.integers(0, 256, size=(L, B, 4, 42, 42), dtype=np.uint8)
+    batch["actions"] = rng.integers(0, 6, size=(L, B))
+    learners = []
+    for precision in ({}, {"autocast": "bfloat16", "channels_last": True}):
+        torch.manual_seed(0)
+        model = RecurrentQNetwork((4, 42, 42), 6, trunk="cnn-universe", lstm_size=16)
+        learners.append(
+            R2D2(model, small_config(burn_in=2, sequence_length=6, n_step=2, **precision))
+        )
+    plain, fast = (learner.update(batch) for learner in learners)
+    conv = next(m for m in learners[1].model.modules() if isinstance(m, torch.nn.Conv2d))
+    target_conv = next(
+        m for m in learners[1].target_model.modules() if isinstance(m, torch.nn.Conv2d)
+    )
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert target_conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert fast["losses/q"] == pytest.approx(plain["losses/q"], rel=0.05, abs=1e-4)
+    assert learners[1].priorities.dtype == np.float64
+    assert learners[1].priorities == pytest.approx(learners[0].priorities, rel=0.05, abs=1e-3)
 
 
 # ==================================================================================================

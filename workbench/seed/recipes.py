@@ -7,7 +7,7 @@ from typing import Any
 
 from workbench.envs import env_spaces
 from workbench.learners import IMPALAConfig, R2D2Config, with_measured_precision
-from workbench.models import ActorCritic
+from workbench.models import ActorCritic, RecurrentQNetwork
 from workbench.runs.recipe_run import run_recipe
 from workbench.seed.config import SeedConfig, learner_config
 from workbench.seed.run import Seed
@@ -31,18 +31,12 @@ class SeedRecipe:
     torch_threads: int = 1
     device: str = "cpu"
     measure_precision: bool = False
-    """V-trace: choose the learner's autocast and memory layout by timing its network at its
-    batch (``batch_size x unroll_length`` samples) on this CPU at start
-    (``learners.with_measured_precision``, about 4 s); channels-last then holds for the server's
-    forward passes too, which share the model."""
+    """Choose the learner's autocast and memory layout by timing its network at its batch on this
+    CPU at start (``learners.with_measured_precision``, about 4 s): V-trace's ``ActorCritic`` at
+    ``batch_size x unroll_length`` samples, R2D2's convolutional trunk at its ``batch_size x
+    stored_length`` rows (the LSTM and the heads take under a tenth of an update). Channels-last
+    then holds for the server's forward passes too, which share the model."""
     sampler = "seed"
-
-    def __post_init__(self) -> None:
-        if self.measure_precision and self.config.algorithm != "vtrace":
-            raise ValueError(
-                f"SeedRecipe {self.name!r}: measure_precision times V-trace's ActorCritic; "
-                "R2D2's recurrent network is not measured. Set measure_precision=False."
-            )
 
     @property
     def algorithm(self) -> type:
@@ -87,13 +81,17 @@ class SeedRecipe:
             config = replace(config, learner=self.measured_learner(config))
         return Seed(config, device=self.device, runs_dir=runs_dir, name=name)
 
-    def measured_learner(self, config: SeedConfig) -> IMPALAConfig:
-        """The learner's ``IMPALAConfig`` with the precision that times fastest here."""
+    def measured_learner(self, config: SeedConfig) -> IMPALAConfig | R2D2Config:
+        """The learner's config with the precision that times fastest here."""
         learner = learner_config(config)
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
-        model = self.make_model(shape, int(action_space.n))
-        batch = learner.batch_size * learner.unroll_length
+        if config.algorithm == "vtrace":
+            model = self.make_model(shape, int(action_space.n))
+            batch = learner.batch_size * learner.unroll_length
+        else:
+            network = RecurrentQNetwork(shape, int(action_space.n), **config.model_options)
+            model, batch = network.trunk, learner.batch_size * learner.stored_length
         measured, choice = with_measured_precision(learner, model, shape, batch)
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return measured
@@ -263,8 +261,9 @@ SEED_RECIPES: dict[str, SeedRecipe] = {
             target_return=18.0,
             total_steps=5_000_000,
             note="R2D2 through the central server on Pong sized for 2 cores: 16 sequences of "
-            "10 + 40 rows an update, each trained 4 times, 4 actors on Ape-X's epsilon ladder; "
-            "target met by the env exploring least (last 10 games)",
+            "10 + 40 rows an update, each trained 4 times, 4 actors on Ape-X's epsilon ladder, "
+            "precision measured at start; target met by the env exploring least (last 10 games)",
+            measure_precision=True,
         ),
         SeedRecipe(
             "seed-vtrace-pong-fast",

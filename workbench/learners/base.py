@@ -129,7 +129,8 @@ class Reduction:
 @dataclass
 class Precision:
     """How a learner computes its forward passes (the speed-ups of
-    ``benchmarks/training_throughput.py``); shared by ``PPOConfig`` and ``A2CConfig``."""
+    ``benchmarks/training_throughput.py``); shared by ``PPOConfig``, ``A2CConfig``, ``DQNConfig``,
+    ``IMPALAConfig`` and ``R2D2Config``."""
 
     autocast: PrecisionName | None = None
     """Mixed precision for the update's forward passes: None (float32), ``"bfloat16"`` (CPU with

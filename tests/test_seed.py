@@ -258,22 +258,14 @@ def test_a_replay_ratio_of_two_learns_each_unroll_twice_in_half_the_env_steps(tm
     assert metric_rows(twice)[-1]["seed/replayed_fraction"] == 0.5
 
 
-@pytest.mark.parametrize("ratio, held", [(2.0, [True, False, False]), (1.0, [False, False])])
-def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(ratio, held):
-    # 4 CartPole envs queue 20 unrolls (T = 5). At ratio 2 an update takes 4 fresh ones once the
-    # replay holds 4 (the first takes 8): after the first, 12 wait, 3 updates' worth (> 2), so
-    # the server waits for it; after the next two, 8 and 4. At ratio 1 (two updates of 8) the
-    # learner never holds it.
-    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, replay_ratio=ratio)
-    learning = SeedLearning(config)
-    with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
-        while learning.assembler.queued < 20:
-            actors.step()
-    seen = []
+def watch_the_lock_in_updates(learning: SeedLearning) -> list[bool]:
+    """Wraps the learner's update: for each update, whether another thread (the server's) could
+    not take the server's lock while it ran, appended to the list returned."""
+    seen: list[bool] = []
     update = learning.learner.update
 
     def watched(batch):
-        free = []  # can another thread (the server's) take the lock while this update runs?
+        free = []
 
         def probe():
             if learning.lock.acquire(blocking=False):
@@ -287,6 +279,21 @@ def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(rat
         return update(batch)
 
     learning.learner.update = watched
+    return seen
+
+
+@pytest.mark.parametrize("ratio, held", [(2.0, [True, False, False]), (1.0, [False, False])])
+def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(ratio, held):
+    # 4 CartPole envs queue 20 unrolls (T = 5). At ratio 2 an update takes 4 fresh ones once the
+    # replay holds 4 (the first takes 8): after the first, 12 wait, 3 updates' worth (> 2), so
+    # the server waits for it; after the next two, 8 and 4. At ratio 1 (two updates of 8) the
+    # learner never holds it.
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, replay_ratio=ratio)
+    learning = SeedLearning(config)
+    with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
+        while learning.assembler.queued < 20:
+            actors.step()
+    seen = watch_the_lock_in_updates(learning)
     for _ in range(3):
         learning.learn(0.0)
     assert seen == held
@@ -310,24 +317,7 @@ def test_an_r2d2_learner_behind_counting_queued_sequences_holds_the_server_a_bat
         while learning.assembler.queued < queued:
             actors.step()
     waiting = learning.assembler.queued
-    seen = []
-    update = learning.learner.update
-
-    def watched(batch):
-        free = []  # can another thread (the server's) take the lock while this update runs?
-
-        def probe():
-            if learning.lock.acquire(blocking=False):
-                learning.lock.release()
-                free.append(True)
-
-        thread = threading.Thread(target=probe)
-        thread.start()
-        thread.join()
-        seen.append(not free)
-        return update(batch)
-
-    learning.learner.update = watched
+    seen = watch_the_lock_in_updates(learning)
     for _ in range(calls):
         learning.learn(0.0)
     assert seen == held

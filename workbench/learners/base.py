@@ -160,6 +160,16 @@ class Precision:
             if not isinstance(value, bool):
                 raise ValueError(f"{name}.{flag} must be True or False, got {value!r}")
 
+    def refuse_float16_and_compile(self) -> None:
+        """For learners without a gradient scaler or a compiled update (DQN, IMPALA, R2D2):
+        ValueError naming the fix when ``autocast='float16'`` or ``compile=True``."""
+        if self.autocast == "float16" or self.compile:
+            raise ValueError(
+                f"{type(self).__name__}: autocast='float16' and compile=True are not supported "
+                "(float16 needs gradient scaling); use autocast='bfloat16' or None, and "
+                "compile=False."
+            )
+
     def autocast_context(self, device: torch.device) -> contextlib.AbstractContextManager:
         """``torch.autocast`` for ``autocast`` on ``device`` (a no-op for None)."""
         if self.autocast is None:

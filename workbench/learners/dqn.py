@@ -95,11 +95,7 @@ class DQNConfig(Precision):
 
     def __post_init__(self) -> None:
         self.check_fields()
-        if self.autocast == "float16" or self.compile:
-            raise ValueError(
-                "DQNConfig: autocast='float16' and compile=True are not supported (float16 needs "
-                "gradient scaling); use autocast='bfloat16' or None, and compile=False."
-            )
+        self.refuse_float16_and_compile()
         if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
             raise ValueError(f"DQNConfig.n_step must be an int >= 1, got {self.n_step!r}")
         for name in ("batch_size", "replay_capacity", "target_update_interval"):

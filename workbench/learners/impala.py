@@ -70,11 +70,7 @@ class IMPALAConfig(Precision):
 
     def __post_init__(self) -> None:
         self.check_fields()
-        if self.autocast == "float16" or self.compile:
-            raise ValueError(
-                "IMPALAConfig: autocast='float16' and compile=True are not supported (float16 "
-                "needs gradient scaling); use autocast='bfloat16' or None, and compile=False."
-            )
+        self.refuse_float16_and_compile()
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not self.learning_rate > 0:

@@ -133,11 +133,7 @@ class R2D2Config(Precision):
 
     def __post_init__(self) -> None:
         self.check_fields()
-        if self.autocast == "float16" or self.compile:
-            raise ValueError(
-                "R2D2Config: autocast='float16' and compile=True are not supported (float16 "
-                "needs gradient scaling); use autocast='bfloat16' or None, and compile=False."
-            )
+        self.refuse_float16_and_compile()
         for name in (
             "n_step",
             "sequence_length",

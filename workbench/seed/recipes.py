@@ -169,9 +169,10 @@ def _vtrace_pong_fast() -> SeedConfig:
     # learned 4 times (3 fresh unrolls and 9 replayed per step, V-trace correcting their lag;
     # the actors wait when the learner falls 2 updates behind), Adam at 5e-4 annealed to 0,
     # bfloat16 where it times faster. Two actors of 16 envs answering in halves of 8.
-    # The anneal spans 120k updates, about two hours here: over 60k (one hour) seed 2 climbed
-    # from 0 to 11 at half the rate and then sat at 11-15 as the rate ran out, where seeds 0
-    # and 1 had crossed 18 by 30k updates (data/learning_seed_vtrace_pong_fast.json, 456c87d).
+    # The anneal spans 120k updates, about two hours here. Over 60k (one hour) seeds 0 and 1
+    # crossed 18 at 31.9 and 30.6 min and seed 2 sat at 11-15 as the rate ran out
+    # (data/learning_seed_vtrace_pong_fast_anneal_60k.json); over 120k seed 2 crossed at 39.2 min
+    # but seed 0 sat at 12-16 (data/learning_seed_vtrace_pong_fast.json): not yet three of three.
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",

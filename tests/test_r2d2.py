@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from devices import ON_CUDA
 
 from workbench.kernels import sequence_priority
 from workbench.learners import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
@@ -253,8 +254,10 @@ def test_config_defaults_are_r2d2s_and_the_layout_adds_one_bootstrap_row() -> No
     assert c.stored_length == 121 and c.stride == 40
 
 
-def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding() -> None:
-    # V-trace's precision levers for R2D2 on Atari frames (issue 25): 3.1x per Pong update here.
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
+def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding(device) -> None:
+    # V-trace's precision levers for R2D2 on Atari frames (issue 25): 3.1x per Pong update here;
+    # the cuda case runs where a GPU is lent (tests/scripts/gpu_checks.sh quick).
     config = small_config(burn_in=2, sequence_length=6, n_step=2)
     L, B = config.stored_length, 3
     rng = np.random.default_rng(0)
@@ -265,9 +268,8 @@ def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding()
     for precision in ({}, {"autocast": "bfloat16", "channels_last": True}):
         torch.manual_seed(0)
         model = RecurrentQNetwork((4, 42, 42), 6, trunk="cnn-universe", lstm_size=16)
-        learners.append(
-            R2D2(model, small_config(burn_in=2, sequence_length=6, n_step=2, **precision))
-        )
+        config = small_config(burn_in=2, sequence_length=6, n_step=2, **precision)
+        learners.append(R2D2(model, config, device=device))
     plain, fast = (learner.update(batch) for learner in learners)
     conv = next(m for m in learners[1].model.modules() if isinstance(m, torch.nn.Conv2d))
     target_conv = next(

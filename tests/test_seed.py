@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from devices import ON_CUDA
 from processes import wait_gone
 
 from workbench.learners import IMPALA, IMPALAConfig
@@ -160,8 +161,10 @@ def test_the_impala_learner_bootstraps_a_truncated_step_from_its_final_observati
     assert same["losses/value"] == pytest.approx(metrics["losses/value"])
 
 
-def test_a_bfloat16_channels_last_impala_update_takes_the_float32_step_up_to_rounding():
-    # The policy gradients' precision levers for SEED's V-trace learner on Atari frames (issue 25).
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
+def test_a_bfloat16_channels_last_impala_update_takes_the_float32_step_up_to_rounding(device):
+    # The policy gradients' precision levers for SEED's V-trace learner on Atari frames (issue 25);
+    # the cuda case runs where a GPU is lent (tests/scripts/gpu_checks.sh quick).
     T, B = 5, 4
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, size=(T + 1, B, 4, 42, 42), dtype=np.uint8)
@@ -177,8 +180,9 @@ def test_a_bfloat16_channels_last_impala_update_takes_the_float32_step_up_to_rou
     torch.manual_seed(0)
     model = ActorCritic((4, 42, 42), 6, trunk="cnn-universe")
     fast_model = copy.deepcopy(model)
-    plain = IMPALA(model, IMPALAConfig()).update(batch)
-    fast = IMPALA(fast_model, IMPALAConfig(autocast="bfloat16", channels_last=True)).update(batch)
+    plain = IMPALA(model, IMPALAConfig(), device=device).update(batch)
+    fast_config = IMPALAConfig(autocast="bfloat16", channels_last=True)
+    fast = IMPALA(fast_model, fast_config, device=device).update(batch)
     conv = next(m for m in fast_model.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
     for key in ("losses/policy", "losses/value", "losses/entropy"):

@@ -7,8 +7,8 @@ Reads the run of ``--seed`` from ``--data`` (default ``data/learning_<recipe>.js
 ``benchmarks/learning.py``), loads the ``checkpoint.pt`` in its ``run_dir``, plays ``--games``
 whole games on envs seeded apart from training's (``runs.evaluation.EVALUATION_SEED``) twice: with
 greedy actions (the policy's most likely action, as Stable-Baselines3's ``evaluate_policy`` plays by
-default), and with actions sampled from the policy as in training (a Q-network's, DQN's and Ape-X's:
-epsilon-greedy at ``models.EVALUATION_EPSILON``). It writes their raw scores into
+default), and with actions sampled from the policy as in training (a Q-network's, DQN's, Ape-X's
+and R2D2's: epsilon-greedy at ``models.EVALUATION_EPSILON``). It writes their raw scores into
 that run's entry (``evaluation``: greedy; ``evaluation_sampled``; each with returns, mean, seed,
 command, commit). With ``--animation`` one more greedy game is saved as a GIF (under 3 MB); with
 ``--policy`` the weights alone are kept (``runs.evaluation.export_policy``), for ``lab.watch`` in
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from workbench.apex import APEX_RECIPES
-    from workbench.models import EVALUATION_EPSILON, QPolicy
+    from workbench.models import EVALUATION_EPSILON, QPolicy, RecurrentQPolicy
     from workbench.runs.evaluation import (
         evaluate,
         export_policy,
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     model = load_policy(recipe, checkpoint)
     options = dict(recipe.env_options)
-    explored = f"epsilon {EVALUATION_EPSILON}" if isinstance(model, QPolicy) else "sampled"
+    q_policy = isinstance(model, (QPolicy, RecurrentQPolicy))
+    explored = f"epsilon {EVALUATION_EPSILON}" if q_policy else "sampled"
     results = {}
     for key, deterministic in (("evaluation", True), ("evaluation_sampled", False)):
         result = evaluate(

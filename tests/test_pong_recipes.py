@@ -14,7 +14,7 @@ import workbench.seed.recipes as seed_recipes
 from workbench.apex import ApexConfig
 from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
 from workbench.learners import IMPALAConfig, PrecisionChoice, with_measured_precision
-from workbench.models import ActorCritic
+from workbench.models import ActorCritic, RecurrentQPolicy
 from workbench.replay import FrameStorage
 from workbench.runs.evaluation import evaluate, export_policy, load_policy
 from workbench.runs.recipes import RECIPES
@@ -177,9 +177,20 @@ def test_a_seed_vtrace_checkpoint_plays_as_a_policy(tmp_path):
     assert len(evaluate(policy, recipe.env_id, games=2).returns) == 2  # whole games, played
 
 
-def test_r2d2_recipes_are_not_evaluated_as_policies():
-    with pytest.raises(ValueError, match="only a V-trace recipe"):
-        SEED_RECIPES["seed-r2d2-cartpole-novelocity"].make_model((4,), 2)
+def test_a_seed_r2d2_checkpoint_plays_as_a_recurrent_policy(tmp_path):
+    # R2D2's network plays with a state: load_policy wraps it so an evaluation carries each env's.
+    recipe = SEED_RECIPES["seed-r2d2-cartpole-novelocity"]
+    run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)
+    run.run(env_steps=500)
+    policy = load_policy(recipe, run.dir)
+    assert isinstance(policy, RecurrentQPolicy)
+    trained = run.learning.model.state_dict()
+    weights = policy.q_network.state_dict()
+    assert all(torch.equal(value, trained[key]) for key, value in weights.items())
+    assert (
+        len(evaluate(policy, recipe.env_id, games=2, env_options=dict(recipe.env_options)).returns)
+        == 2
+    )
 
 
 def test_a_seed_vtrace_policy_exports_its_weights_alone(tmp_path):

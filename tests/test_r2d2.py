@@ -18,7 +18,7 @@ from devices import ON_CUDA
 
 from workbench.kernels import sequence_priority
 from workbench.learners import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
-from workbench.models import RecurrentQNetwork
+from workbench.models import RecurrentQNetwork, RecurrentQPolicy
 from workbench.replay import SequenceReplay
 
 # ==================================================================================================
@@ -223,6 +223,25 @@ def test_forward_names_the_fix_for_unbatched_time_or_bad_state() -> None:
         model(torch.randn(2, 4, 3), model.initial_state(5))
     with pytest.raises(ValueError, match="first must be bool"):
         model(torch.randn(2, 4, 3), model.initial_state(4), torch.zeros(4, dtype=torch.bool))
+
+
+def test_a_recurrent_q_policy_carries_each_envs_state_and_zeroes_it_where_a_game_starts() -> None:
+    # How an evaluation plays R2D2's network: one step at a time, env 1's game restarting at t=3.
+    torch.manual_seed(0)
+    network = RecurrentQNetwork((3,), 4, lstm_size=8)
+    obs = torch.randn(6, 2, 3)
+    first = torch.zeros(6, 2, dtype=torch.bool)
+    first[3, 1] = True
+    unrolled, _ = network(obs, network.initial_state(2), first)
+    carried_on, _ = network(obs, network.initial_state(2))
+    policy = RecurrentQPolicy(network)
+    stepped = torch.stack(
+        [policy.act(obs[t], deterministic=True, first=first[t])["q"] for t in range(6)]
+    )
+    torch.testing.assert_close(stepped, unrolled)
+    assert not torch.allclose(unrolled[3:, 1], carried_on[3:, 1])  # the reset mattered
+    policy.reset()
+    torch.testing.assert_close(policy.act(obs[0], deterministic=True)["q"], unrolled[0])
 
 
 # ==================================================================================================

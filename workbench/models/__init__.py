@@ -9,6 +9,7 @@
   algorithms pass); outputs keep those leading dimensions.
 * ``RecurrentQNetwork`` (R2D2) adds an LSTM: ``forward(obs [T, B, ...], state, first)`` unrolls a
   sequence from a state ``(h, c)``; ``act(obs [B, ...], state, first, epsilon)`` takes one step.
+  ``QPolicy`` and ``RecurrentQPolicy`` play trained Q-networks in evaluations (greedy or nearly).
 
 Every module exposes ``.output_size``: the feature size of a trunk, the number of actions of a head.
 ``act`` is what samplers call: it runs under ``torch.no_grad`` and returns a dict with at least
@@ -18,7 +19,7 @@ episodes. Observations must already be on the model's device.
 
 from workbench.models.actor_critic import ActorCritic, ContinuousQ, DeterministicPolicy
 from workbench.models.q_networks import EVALUATION_EPSILON, EpsilonGreedy, QNetwork, QPolicy
-from workbench.models.recurrent import RecurrentQNetwork
+from workbench.models.recurrent import RecurrentQNetwork, RecurrentQPolicy
 from workbench.models.trunks import MLP, NatureCNN, UniverseCNN, make_trunk
 
 __all__ = [
@@ -33,5 +34,6 @@ __all__ = [
     "QNetwork",
     "QPolicy",
     "RecurrentQNetwork",
+    "RecurrentQPolicy",
     "make_trunk",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from workbench.models.q_networks import epsilon_greedy
+from workbench.models.q_networks import EVALUATION_EPSILON, epsilon_greedy
 from workbench.models.trunks import (
     NatureCNN,
     Shape,
@@ -18,7 +18,7 @@ from workbench.models.trunks import (
     resolve_trunk,
 )
 
-__all__ = ["LSTMState", "RecurrentQNetwork"]
+__all__ = ["LSTMState", "RecurrentQNetwork", "RecurrentQPolicy"]
 
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]
@@ -194,3 +194,46 @@ class RecurrentQNetwork(nn.Module):
             first = torch.as_tensor(first, device=obs.device).reshape(1, -1)
         q, state = self(obs.unsqueeze(0), state, first)
         return epsilon_greedy(q[0], epsilon), state
+
+
+class RecurrentQPolicy(nn.Module):
+    """A trained ``RecurrentQNetwork`` played as a policy over B envs, with an evaluation's
+    interface (``act(obs, deterministic, generator, first)``, ``QPolicy``'s plus ``first``): it
+    carries each env's LSTM state from step to step itself, zeroed where ``first`` says a game
+    starts. Greedy when ``deterministic``, else epsilon-greedy at ``epsilon`` (default
+    ``EVALUATION_EPSILON``); R2D2 evaluates its agents with their recurrent state carried through
+    whole episodes (Kapturowski et al. 2019, Sec. 3)."""
+
+    def __init__(self, q_network: RecurrentQNetwork, epsilon: float = EVALUATION_EPSILON) -> None:
+        super().__init__()
+        self.q_network, self.epsilon = q_network, float(epsilon)
+        self.state: LSTMState | None = None
+
+    def reset(self) -> None:
+        """Forget every env's state: the next ``act`` starts all of them from zeros."""
+        self.state = None
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        first: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """One step of the ``[B, *obs_shape]`` batch ``obs`` (``"action"``, and ``"q"``: the
+        Q-values ``[B, A]`` it acted on); ``first`` bool ``[B]`` marks the envs whose game starts
+        at ``obs``. A new batch size starts every env afresh."""
+        batch = obs.shape[0]
+        if self.state is None or self.state[0].shape[0] != batch:
+            self.state = self.q_network.initial_state(batch, obs.device)
+            first = None  # zeros already
+        q, self.state = self.q_network(
+            obs.unsqueeze(0), self.state, None if first is None else first.reshape(1, batch)
+        )
+        action = q[0].argmax(-1)
+        if deterministic or self.epsilon == 0.0:
+            return {"action": action, "q": q[0]}
+        explore = torch.rand(action.shape, generator=generator) < self.epsilon
+        random = torch.randint(self.q_network.num_actions, action.shape, generator=generator)
+        return {"action": torch.where(explore, random, action), "q": q[0]}

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from workbench.envs import env_spaces, is_atari, make_vector_env
-from workbench.models import QNetwork, QPolicy
+from workbench.models import QNetwork, QPolicy, RecurrentQNetwork, RecurrentQPolicy
 from workbench.runs.records import load_checkpoint_file, save_atomically
 
 __all__ = [
@@ -89,17 +89,18 @@ class Evaluation:
 
 def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
     """``recipe``'s model (``recipe.make_model``, sized by its ``env_options``) with the weights of
-    ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s, a SEED V-trace run's or
-    an Ape-X DQN run's), in eval mode on the CPU. A Q-network comes back as a ``QPolicy``: greedy
-    when an evaluation asks for determinism, else epsilon-greedy at ``EVALUATION_EPSILON``."""
+    ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s, a SEED run's or an
+    Ape-X DQN run's), in eval mode on the CPU. A Q-network comes back as a ``QPolicy`` (R2D2's
+    recurrent one as a ``RecurrentQPolicy``, which carries each env's state): greedy when an
+    evaluation asks for determinism, else epsilon-greedy at ``EVALUATION_EPSILON``."""
     saved = load_checkpoint_file(checkpoint)
     state = saved.get("state", {})
     weights = model_weights(state)
     if weights is None:
         raise ValueError(
             f"{checkpoint} holds no model weights under state['algo'], state['learner'] or "
-            "state['agent']; pass the checkpoint of a Run (PPO, A2C, DQN), of a SEED V-trace run "
-            "or of an Ape-X DQN run."
+            "state['agent']; pass the checkpoint of a Run (PPO, A2C, DQN), of a SEED run "
+            "(V-trace, R2D2) or of an Ape-X DQN run."
         )
     env_id = env_id_of(state)
     if env_id not in (None, recipe.env_id):
@@ -116,6 +117,8 @@ def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
         model.load_state_dict(weights)
         return QPolicy(model).eval()
     model.load_state_dict(weights)
+    if isinstance(model, RecurrentQNetwork):
+        return RecurrentQPolicy(model).eval()
     return model.eval()
 
 
@@ -170,8 +173,9 @@ def evaluate(
     seed: int = EVALUATION_SEED,
     deterministic: bool = False,
 ) -> Evaluation:
-    """``games`` whole games of ``model`` (an ``ActorCritic``: ``act(obs, deterministic)``), one
-    per env of a vector env seeded ``seed``, ``seed + 1``, ...; each env's first game counts.
+    """``games`` whole games of ``model`` (an ``ActorCritic`` or a ``QPolicy``: ``act(obs,
+    deterministic)``; a ``RecurrentQPolicy``, told where each game starts), one per env of a
+    vector env seeded ``seed``, ``seed + 1``, ...; each env's first game counts.
 
     Actions are sampled from the policy (torch seeded with ``seed``) unless ``deterministic``
     (argmax). ``env_options`` are the training run's (its screen size, sticky actions, ...)."""
@@ -185,9 +189,17 @@ def evaluate(
     try:
         with make_vector_env(env_id, games, seed=seed, **options) as env:
             obs, _ = env.reset(seed=seed)
+            if isinstance(model, RecurrentQPolicy):
+                model.reset()
+            first = np.ones(games, dtype=bool)
             while any(r is None for r in returns):
-                actions = model.act(torch.as_tensor(obs), deterministic=deterministic)["action"]
-                obs, _, _, _, info = env.step(actions.numpy())
+                observation = torch.as_tensor(obs)
+                if isinstance(model, RecurrentQPolicy):
+                    out = model.act(observation, deterministic, first=torch.as_tensor(first))
+                else:
+                    out = model.act(observation, deterministic=deterministic)
+                obs, _, _, _, info = env.step(out["action"].numpy())
+                first = np.asarray(info["episode_done"], dtype=bool)  # same-step autoreset
                 for i in np.flatnonzero(info["episode_done"]):
                     if returns[i] is None:
                         returns[i] = float(info["episode_return"][i])
@@ -243,6 +255,8 @@ def play(
         )
     screen_options = {**options, "grayscale": False, "frame_stack": 1, "screen_size": (210, 160)}
     generator = torch.Generator().manual_seed(seed)
+    if isinstance(model, RecurrentQPolicy):
+        model.reset()  # one game, from zero state
     score = [0, 0]
     agent = make_vector_env(env_id, 1, seed=seed, num_threads=1, **options)
     screen = make_vector_env(env_id, 1, seed=seed, num_threads=1, **screen_options)
@@ -251,7 +265,7 @@ def play(
         rgb, _ = screen.reset(seed=seed)
         for step in range(max_steps):
             yield Frame(screen=rgb[0, -1], view=obs[0, -1], score=(score[0], score[1]), step=step)
-            if isinstance(model, QPolicy):
+            if isinstance(model, (QPolicy, RecurrentQPolicy)):
                 action = model.act(torch.as_tensor(obs), deterministic, generator)["action"]
             else:
                 logits, _ = model(torch.as_tensor(obs))

@@ -50,15 +50,15 @@ class SeedRecipe:
     def env_options(self) -> dict:
         return self.config.env_options
 
-    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> ActorCritic:
-        """V-trace's ``ActorCritic`` with the recipe's ``model_options`` (what ``load_policy``
-        fills with a checkpoint's weights)."""
-        if self.config.algorithm != "vtrace":
-            raise ValueError(
-                f"{self.name!r} learns R2D2's recurrent Q-network, which plays with a state; "
-                "only a V-trace recipe's ActorCritic is evaluated as a policy."
-            )
-        return ActorCritic(obs_shape, num_actions, **self.config.model_options)
+    def make_model(
+        self, obs_shape: tuple[int, ...], num_actions: int
+    ) -> ActorCritic | RecurrentQNetwork:
+        """The network the recipe's learner trains, with its ``model_options`` (what
+        ``load_policy`` fills with a checkpoint's weights): V-trace's ``ActorCritic``, R2D2's
+        ``RecurrentQNetwork``."""
+        if self.config.algorithm == "vtrace":
+            return ActorCritic(obs_shape, num_actions, **self.config.model_options)
+        return RecurrentQNetwork(obs_shape, num_actions, **self.config.model_options)
 
     @property
     def num_workers(self) -> int:
@@ -86,12 +86,11 @@ class SeedRecipe:
         learner = learner_config(config)
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
+        model = self.make_model(shape, int(action_space.n))
         if config.algorithm == "vtrace":
-            model = self.make_model(shape, int(action_space.n))
             batch = learner.batch_size * learner.unroll_length
-        else:
-            network = RecurrentQNetwork(shape, int(action_space.n), **config.model_options)
-            model, batch = network.trunk, learner.batch_size * learner.stored_length
+        else:  # R2D2: its convolutional trunk, over every stored row of a batch of sequences
+            model, batch = model.trunk, learner.batch_size * learner.stored_length
         measured, choice = with_measured_precision(learner, model, shape, batch)
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return measured

@@ -6,7 +6,8 @@
 # WORKBENCH_GIT_COMMIT=<the commit sent> names the records' commit. Arguments pick the steps
 # (default: all): quick (five GPU tests, seconds), paths (each system's GPU learning test), pong
 # (one SEED V-trace and one Ape-X DQN Pong recipe with the learner on the GPU, 180 s each: issue
-# 25), r2d2-pong (SEED R2D2's Pong recipe likewise), costs, seed, training, cpu; tests = quick paths.
+# 25), r2d2-pong (SEED R2D2's Pong recipe likewise), updates (one learner step of SEED's two Pong
+# recipes by precision), costs, seed, training, cpu; tests = quick paths.
 set -u
 out="${OUT:-/tmp/gpu-checks}"; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE WORKBENCH_PROGRESS=0
@@ -14,7 +15,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="/tmp/site:$PWD"
 { nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"; echo "commit ${WORKBENCH_GIT_COMMIT:-?}"; } 2>&1 | tee "$out/machine.txt"
 step() { local seconds=$1; shift; echo "=== $* (at most ${seconds}s)"; local t=$SECONDS; timeout "$seconds" "$@"; echo "=== rc=$? in $((SECONDS - t))s"; }
-steps=" ${*:-quick paths pong r2d2-pong costs seed training cpu} "
+steps=" ${*:-quick paths pong r2d2-pong updates costs seed training cpu} "
 steps=${steps/ tests / quick paths }
 {
 # The quick GPU tests first, then each system's learning run in its own bounded step (on 2026-11-26
@@ -37,6 +38,7 @@ for recipe in seed-vtrace-pong-fast apex-dqn-pong-fast seed-r2d2-pong-fast; do
         --keep-checkpoint "$out/${recipe//-/_}_cuda_s{seed}.pt" \
         --out "$out/learning_${recipe//-/_}_cuda.json"
 done
+[[ $steps == *" updates "* ]] && step 120 python3 benchmarks/learner_updates.py --device cuda --repeats 3 --updates 5 --out "$out/learner_updates_cuda.json"
 [[ $steps == *" costs "* ]] && step 60 python3 benchmarks/component_costs.py --device cuda --seconds 0.4 --out "$out/component_costs_cuda.json"
 [[ $steps == *" seed "* ]] && step 110 python3 benchmarks/central_inference.py --device cuda --actors 1 4 16 --seconds 4 --transports local --layouts 4x16 8x8 16x4 --out "$out/central_inference_cuda.json"
 [[ $steps == *" training "* ]] && step 100 python3 benchmarks/training_throughput.py --device cuda --seconds 8 --threads 1,4 --out "$out/training_throughput_cuda.json"

@@ -235,7 +235,10 @@ class R2D2:
         self.model = model.to(self.device)
         if config.channels_last:  # before the target's copy and the optimizer: both hold NHWC
             self.model.to(memory_format=torch.channels_last)
-        self.target_model = copy.deepcopy(model).requires_grad_(False)
+        # A deep copy leaves a cuDNN LSTM's weights outside one contiguous chunk (compacted again
+        # at every call: "RNN module weights are not part of single contiguous chunk" on the
+        # H200); moving it, even where it already is, re-flattens them.
+        self.target_model = copy.deepcopy(model).requires_grad_(False).to(self.device)
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.learning_rate, eps=config.adam_eps
         )

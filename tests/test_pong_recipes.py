@@ -193,6 +193,20 @@ def test_a_seed_r2d2_checkpoint_plays_as_a_recurrent_policy(tmp_path):
     )
 
 
+def test_a_seed_recipes_run_resumes_from_its_checkpoint(tmp_path):
+    # benchmarks/learning.py --resume-from: the recipe continues the run it made, counters and all.
+    recipe = SEED_RECIPES["seed-vtrace-cartpole"]
+    run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)
+    run.run(env_steps=500)
+    resumed = recipe.make_run(0, resume_from=run.dir)  # the checkpoint's config: serial
+    assert (resumed.name, resumed.env_steps, resumed.updates) == (
+        run.name,
+        run.env_steps,
+        run.updates,
+    )
+    assert resumed.updates > 0
+
+
 def test_a_seed_vtrace_policy_exports_its_weights_alone(tmp_path):
     recipe = SEED_RECIPES["seed-vtrace-cartpole"]
     run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)

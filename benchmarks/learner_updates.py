@@ -50,18 +50,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def r2d2_learner(precision: tuple, device: str):
-    from workbench.learners import R2D2
-    from workbench.models import RecurrentQNetwork
+def recipe_learner(recipe_name: str, precision: tuple, device: str):
+    """The learner of a SEED Pong recipe, in ``precision``, and its config."""
+    from workbench.learners import IMPALA, R2D2
     from workbench.seed.recipes import SEED_RECIPES
 
-    config = SEED_RECIPES["seed-r2d2-pong-fast"].config
+    recipe = SEED_RECIPES[recipe_name]
     _, autocast, channels_last = precision
     learner_config = dataclasses.replace(
-        config.learner, autocast=autocast, channels_last=channels_last
+        recipe.config.learner, autocast=autocast, channels_last=channels_last
     )
-    model = RecurrentQNetwork((4, 42, 42), 6, **config.model_options)
-    return R2D2(model, learner_config, device=device), learner_config
+    model = recipe.make_model((4, 42, 42), 6)
+    learner_class = R2D2 if recipe.config.algorithm == "r2d2" else IMPALA
+    return learner_class(model, learner_config, device=device), learner_config
 
 
 def r2d2_batch(learner_config, lstm_size: int, rng) -> dict:
@@ -78,20 +79,6 @@ def r2d2_batch(learner_config, lstm_size: int, rng) -> dict:
         "state_h": np.zeros((B, lstm_size), dtype=np.float32),
         "state_c": np.zeros((B, lstm_size), dtype=np.float32),
     }
-
-
-def vtrace_learner(precision: tuple, device: str):
-    from workbench.learners import IMPALA
-    from workbench.models import ActorCritic
-    from workbench.seed.recipes import SEED_RECIPES
-
-    config = SEED_RECIPES["seed-vtrace-pong-fast"].config
-    _, autocast, channels_last = precision
-    learner_config = dataclasses.replace(
-        config.learner, autocast=autocast, channels_last=channels_last
-    )
-    model = ActorCritic((4, 42, 42), 6, **config.model_options)
-    return IMPALA(model, learner_config, device=device), learner_config
 
 
 def vtrace_batch(learner_config, rng) -> dict:
@@ -139,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     setups = {}
     for precision in PRECISIONS:  # every one on every device: the recipes measure them all
-        learner, config = r2d2_learner(precision, args.device)
+        learner, config = recipe_learner("seed-r2d2-pong-fast", precision, args.device)
         lstm = learner.model.lstm_size
         setups[("r2d2", precision[0])] = (learner, r2d2_batch(config, lstm, rng), config)
-        learner, config = vtrace_learner(precision, args.device)
+        learner, config = recipe_learner("seed-vtrace-pong-fast", precision, args.device)
         setups[("vtrace", precision[0])] = (learner, vtrace_batch(config, rng), config)
     best: dict = {}
     for repeat in range(args.repeats):

@@ -16,7 +16,14 @@ from workbench.models.trunks import (
     resolve_trunk,
 )
 
-__all__ = ["EVALUATION_EPSILON", "EpsilonGreedy", "QNetwork", "QPolicy", "epsilon_greedy"]
+__all__ = [
+    "EVALUATION_EPSILON",
+    "EpsilonGreedy",
+    "QNetwork",
+    "QPolicy",
+    "epsilon_greedy",
+    "evaluation_actions",
+]
 
 
 def epsilon_greedy(q: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tensor:
@@ -206,9 +213,22 @@ class QPolicy(nn.Module):
         generator: torch.Generator | None = None,
     ) -> dict[str, torch.Tensor]:
         out = self.q_network.act(obs, 0.0)  # greedy: argmax of Q (C51: of its expectation)
-        if deterministic or self.epsilon == 0.0:
-            return out
-        action = out["action"]
-        explore = torch.rand(action.shape, generator=generator) < self.epsilon
-        random = torch.randint(self.q_network.num_actions, action.shape, generator=generator)
-        return {**out, "action": torch.where(explore, random, action)}
+        epsilon = 0.0 if deterministic else self.epsilon
+        num_actions = self.q_network.num_actions
+        return {**out, "action": evaluation_actions(out["action"], num_actions, epsilon, generator)}
+
+
+def evaluation_actions(
+    greedy: torch.Tensor,
+    num_actions: int,
+    epsilon: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """An evaluation's actions: ``greedy`` (int64 ``[B]``), each replaced with probability
+    ``epsilon`` by a uniformly random one of ``num_actions``, drawn from ``generator`` (so a
+    watched game replays); ``greedy`` itself at epsilon 0."""
+    if epsilon == 0.0:
+        return greedy
+    explore = torch.rand(greedy.shape, generator=generator) < epsilon
+    random = torch.randint(num_actions, greedy.shape, generator=generator)
+    return torch.where(explore, random, greedy)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from workbench.models.q_networks import EVALUATION_EPSILON, epsilon_greedy
+from workbench.models.q_networks import EVALUATION_EPSILON, epsilon_greedy, evaluation_actions
 from workbench.models.trunks import (
     NatureCNN,
     Shape,
@@ -231,9 +231,6 @@ class RecurrentQPolicy(nn.Module):
         q, self.state = self.q_network(
             obs.unsqueeze(0), self.state, None if first is None else first.reshape(1, batch)
         )
-        action = q[0].argmax(-1)
-        if deterministic or self.epsilon == 0.0:
-            return {"action": action, "q": q[0]}
-        explore = torch.rand(action.shape, generator=generator) < self.epsilon
-        random = torch.randint(self.q_network.num_actions, action.shape, generator=generator)
-        return {"action": torch.where(explore, random, action), "q": q[0]}
+        epsilon = 0.0 if deterministic else self.epsilon
+        action = evaluation_actions(q[0].argmax(-1), self.q_network.num_actions, epsilon, generator)
+        return {"action": action, "q": q[0]}

@@ -506,5 +506,6 @@ def test_pong_recipe_is_cleanrl_ppo_atari_with_the_speed_ups():
         0.99,
         0.95,
     )
-    assert c.autocast == "bfloat16"
+    # bfloat16 where it times faster (the AVX-512 bf16 EPYC), not on an AVX2-only CPU.
+    assert c.autocast is None and recipe.measure_precision
     assert recipe.total_steps == 2_500_000 and recipe.target_return == 18.0

@@ -56,14 +56,14 @@ def make_recipe_run(
     num_envs = num_envs or recipe.num_envs
     horizon = horizon or recipe.horizon
     config = dataclasses.replace(recipe.config, **config_changes)
-    algo = dataclasses.replace(recipe, config=config).make_learner(seed)
     batch = num_envs * horizon
     minibatches = getattr(config, "num_minibatches", 1)
-    if batch % minibatches:
+    if batch % minibatches:  # before the learner: a recipe may measure the machine to make it
         raise ValueError(
             f"batch B*T = {num_envs}*{horizon} = {batch} is not divisible by the recipe's "
             f"{minibatches} minibatches; pick B and T whose product it divides."
         )
+    algo = dataclasses.replace(recipe, config=config).make_learner(seed)
     settings = RunSettings(
         num_actors=num_actors,
         num_envs=num_envs,

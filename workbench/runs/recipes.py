@@ -281,7 +281,7 @@ RECIPES: dict[str, Recipe] = {
             name="ppo-pong",
             env_id="ALE/Pong-v5",
             algorithm=PPO,
-            config=PPOConfig(  # CleanRL's ppo_atari.py, with the learner's bfloat16 speed-up
+            config=PPOConfig(  # CleanRL's ppo_atari.py, with the learner's precision measured
                 learning_rate=2.5e-4,
                 anneal_lr=True,
                 gamma=0.99,
@@ -293,8 +293,6 @@ RECIPES: dict[str, Recipe] = {
                 entropy_coef=0.01,
                 value_coef=0.5,
                 max_grad_norm=0.5,
-                autocast="bfloat16",  # 2x cheaper updates on an avx512_bf16 CPU
-                channels_last=False,  # beside bfloat16 no faster on that CPU (float32 alone: 1.3x)
             ),
             num_envs=8,
             horizon=128,
@@ -313,6 +311,10 @@ RECIPES: dict[str, Recipe] = {
             # One thread: with other processes on the cores a two-thread bfloat16 learner collapses
             # (35 s instead of 2.5 s per update, measured); on an idle machine two are ~15% faster.
             torch_threads=1,
+            # bfloat16 halves an update on the AVX-512 bf16 EPYC but is emulated on an AVX2-only
+            # one, 5-7x slower there (data/learner_updates_avx2.json): notebook 04's cells of
+            # this recipe took 573 s of CI's 55 min on that CPU when bfloat16 was fixed here.
+            measure_precision=True,
         ),
         Recipe(
             name="ppo-pong-fast",

@@ -185,7 +185,10 @@ def _vtrace_pong_fast() -> SeedConfig:
     # but seed 0 sat at 12-16 (data/learning_seed_vtrace_pong_fast_entropy_0.01.json), and both
     # final policies played 6-8 points worse with sampled actions than with greedy ones. V-trace's
     # advantages are not normalized (PPO's are), so on Pong's small clipped returns an entropy cost
-    # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005.
+    # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005,
+    # seed 0 reached 18 in 21.8k updates (47 min on the AVX2-only EPYC, half the usual learner
+    # rate) and its policy played +17.6 sampled, +17.9 greedy
+    # (data/learning_seed_vtrace_pong_fast.json).
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",

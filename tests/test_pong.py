@@ -26,6 +26,8 @@ from workbench.models import (
     NatureCNN,
     QNetwork,
     QPolicy,
+    RecurrentQNetwork,
+    RecurrentQPolicy,
     UniverseCNN,
 )
 from workbench.runs.evaluation import (
@@ -277,6 +279,17 @@ def test_play_shows_a_q_policys_game():
     policy = QPolicy(QNetwork(observation_space.shape, action_space.n))
     frames = [f for _, f in zip(range(30), play(policy, PONG, env_options=NO_STICKY))]
     assert len(frames) == 30 and frames[-1].screen.shape == (210, 160, 3)
+
+
+def test_play_shows_a_recurrent_q_policys_game():
+    # benchmarks/evaluate.py --animation for R2D2: a state left by another batch does not leak in.
+    observation_space, action_space = env_spaces(PONG, **NO_STICKY)
+    network = RecurrentQNetwork(observation_space.shape, action_space.n, lstm_size=16)
+    policy = RecurrentQPolicy(network)
+    policy.act(torch.zeros(3, *observation_space.shape, dtype=torch.uint8))  # another batch's
+    frames = [f for _, f in zip(range(30), play(policy, PONG, env_options=NO_STICKY))]
+    assert len(frames) == 30 and frames[-1].screen.shape == (210, 160, 3)
+    assert policy.state is not None and policy.state[0].shape == (1, 16)  # carried, one env
 
 
 def test_load_policy_names_the_recipe_a_checkpoint_needs(tmp_path):

@@ -122,6 +122,22 @@ def test_a_recipe_that_does_not_measure_threads_leaves_them_alone(monkeypatch, r
     assert torch.get_num_threads() == 1
 
 
+def test_a_recipe_measured_once_keeps_its_levers_and_measures_no_more(monkeypatch, restore_threads):
+    simulate(monkeypatch, AVX2_ONLY)
+    measured = FAST.with_measured_levers()
+    config = measured.config
+    assert (config.autocast, config.channels_last, config.compile) == (None, True, True)
+    assert not measured.measure_precision
+    simulate(monkeypatch, AVX512_BF16)  # another machine's figures: a new measurement would differ
+    learner = measured.make_learner(0)
+    assert (learner.config.autocast, learner.config.channels_last) == (None, True)
+
+
+def test_a_recipe_that_measures_nothing_is_its_own_measured_self():
+    recipe = dataclasses.replace(FAST, measure_precision=False)
+    assert recipe.with_measured_levers() is recipe
+
+
 def test_compiling_is_kept_only_when_it_measures_faster(monkeypatch):
     rates = dict(AVX512_BF16[0])
     rates["bfloat16/channels_last/compiled"] = 1.05 * rates["bfloat16/channels_last"]

@@ -19,6 +19,7 @@ import torch
 
 from workbench.envs import env_spaces
 from workbench.learners import choose_precision
+from workbench.learners import precision as precision_module
 from workbench.learners.precision import update_rate
 from workbench.models import (
     EVALUATION_EPSILON,
@@ -163,6 +164,55 @@ def test_choose_precision_leaves_the_model_and_the_global_generator_alone():
     assert torch.equal(torch.random.get_rng_state(), state)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert next(model.parameters()).is_contiguous()
+
+
+class CountedForward(torch.nn.Module):
+    """A linear model that counts its forward calls, in every copy (``update_rate`` copies it)."""
+
+    calls = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        type(self).calls += 1
+        return self.layer(x)
+
+
+@pytest.mark.parametrize(("give_up_below", "most_steps"), [(float("inf"), 1), (None, None)])
+def test_update_rate_stops_at_the_first_step_of_a_hopeless_combination(give_up_below, most_steps):
+    CountedForward.calls = 0
+    rate = update_rate(
+        CountedForward(),
+        (4,),
+        8,
+        autocast=None,
+        channels_last=False,
+        seconds=0.05,
+        give_up_below=give_up_below,
+    )
+    assert rate > 0
+    if most_steps is None:  # no rival to beat: two warm-up steps, then a timed window
+        assert CountedForward.calls >= 3
+    else:
+        assert CountedForward.calls == most_steps
+
+
+def test_choose_precision_gives_up_below_half_the_best_rate_so_far(monkeypatch):
+    asked = []
+    rates = {"float32/contiguous": 1_000.0, "bfloat16/contiguous": 100.0}
+
+    def update_rate(
+        model, obs_shape, minibatch, *, autocast, channels_last, give_up_below=None, **_
+    ):
+        asked.append(give_up_below)
+        return rates[precision_module.label(autocast, channels_last)]
+
+    monkeypatch.setattr(precision_module, "update_rate", update_rate)
+    choice = choose_precision(ActorCritic((4,), 2), (4,), 16)
+    assert asked == [None, 500.0]
+    assert choice.autocast is None and choice.rates == rates
 
 
 def test_update_rate_names_the_fix_for_a_bad_precision():

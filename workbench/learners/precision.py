@@ -79,11 +79,18 @@ def update_rate(
     seconds: float = 1.0,
     device: "str | torch.device" = "cpu",
     compile: bool = False,
+    give_up_below: float | None = None,
 ) -> float:
     """Samples per second of gradient steps (forward, backward, Adam) of a copy of ``model`` on
     random uint8 observations ``[minibatch_size, *obs_shape]``, at the current torch threads, on
     ``device`` (a GPU's figure waits for its kernels to finish). With ``compile`` the forward
     pass goes through ``torch.compile`` first (its compiling is not timed).
+
+    ``give_up_below`` (samples/s): stop at a warm-up step already that slow and return its rate,
+    a step's worth of measurement, enough to rank it behind a rival twice as fast. The first step,
+    which pays for oneDNN's kernel choice, gives up only below a quarter of it. So an emulated
+    precision (bfloat16 on an AVX2-only CPU: 5-10x slower, several seconds a step) costs one step
+    instead of a whole timed window.
 
     The model's forward must take ``[N, *obs_shape]`` and return a tensor or a tuple of tensors
     (``ActorCritic``, ``QNetwork``); the loss is the mean square of every output, which costs what
@@ -120,9 +127,13 @@ def update_rate(
         loss.backward()
         optimizer.step()
 
-    step()  # the first call pays for oneDNN's kernel choice
-    step()
-    synchronize()
+    for margin in (4.0, 1.0):  # the first call pays for oneDNN's kernel choice
+        started = time.perf_counter()
+        step()
+        synchronize()
+        rate = minibatch_size / (time.perf_counter() - started)
+        if give_up_below is not None and rate * margin < give_up_below:
+            return rate
     samples, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         step()
@@ -145,14 +156,17 @@ def choose_precision(
     Channels-last is tried only for image observations (``len(obs_shape) == 3``). Takes about
     ``seconds`` per combination (4 s for a CNN at the defaults). With ``try_compile`` the fastest
     is timed again compiled (10-20 s of compiling more), and compiled is chosen when it is at least
-    ``COMPILE_GAIN`` times faster."""
+    ``COMPILE_GAIN`` times faster. A combination under half the best rate so far is timed only by
+    its warm-up steps (``update_rate``'s ``give_up_below``): its rate then comes from one step."""
     layouts = (False, True) if len(obs_shape) == 3 else (False,)
     measure = functools.partial(update_rate, model, obs_shape, minibatch_size, seconds=seconds)
     rates = {}
     for autocast in candidates:
         for channels_last in layouts:
             rates[label(autocast, channels_last)] = measure(
-                autocast=autocast, channels_last=channels_last
+                autocast=autocast,
+                channels_last=channels_last,
+                give_up_below=max(rates.values()) / 2 if rates else None,
             )
     best = max(rates, key=rates.get)
     autocast, layout = best.split("/")

@@ -103,22 +103,44 @@ class Recipe:
         model = self.make_model(observation_space.shape, action_space.n)
         config = replace(self.config)
         if self.measure_precision:
-            levers = self.choose_levers(model, observation_space.shape)
-            config = replace(
-                config,
-                autocast=levers.autocast,
-                channels_last=levers.channels_last,
-                compile=levers.compile,
-            )
-            if self.measure_threads:
-                torch.set_num_threads(levers.torch_threads)
-            print(f"{self.name}: {levers.describe()}", flush=True)
+            config = self.measured_config(model, observation_space.shape)
         if self.algorithm is DQN:  # Atari: each frame stored once, a stream per env
             streams = self.num_envs if is_atari(self.env_id) else None
             return ReplayAgent(DQN(model, config), seed=seed, frame_streams=streams)
         if self.algorithm is PPO:
             return PPO(model, config, seed=seed)
         return self.algorithm(model, config)
+
+    def measured_config(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Any:
+        """The recipe's config with the learner's precision, layout and compiling measured on this
+        machine for ``model`` (``choose_levers``; with ``measure_threads`` this process's torch
+        threads are set too)."""
+        levers = self.choose_levers(model, obs_shape)
+        if self.measure_threads:
+            torch.set_num_threads(levers.torch_threads)
+        print(f"{self.name}: {levers.describe()}", flush=True)
+        return replace(
+            self.config,
+            autocast=levers.autocast,
+            channels_last=levers.channels_last,
+            compile=levers.compile,
+        )
+
+    def with_measured_levers(self) -> "Recipe":
+        """This recipe with its levers measured once, now, and fixed (``measure_precision`` off):
+        for a notebook or study that makes several runs of it on one machine, each of which
+        would otherwise measure the same again (4-15 s each, the most on an AVX2-only CPU)."""
+        if not self.measure_precision:
+            return self
+        observation_space, action_space = env_spaces(self.env_id, **dict(self.env_options))
+        model = self.make_model(observation_space.shape, action_space.n)
+        return replace(
+            self,
+            config=self.measured_config(model, observation_space.shape),
+            measure_precision=False,
+            measure_compile=False,
+            measure_threads=False,
+        )
 
     def choose_levers(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Levers:
         """Measure this machine for the recipe's model (``runs.levers.choose_levers``)."""

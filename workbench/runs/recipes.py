@@ -112,9 +112,8 @@ class Recipe:
         return self.algorithm(model, config)
 
     def measured_config(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Any:
-        """The recipe's config with the learner's precision, layout and compiling measured on this
-        machine for ``model`` (``choose_levers``; with ``measure_threads`` this process's torch
-        threads are set too)."""
+        """The recipe's config with the precision, layout and compiling measured here for ``model``
+        (``choose_levers``; with ``measure_threads`` this process's torch threads are set too)."""
         levers = self.choose_levers(model, obs_shape)
         if self.measure_threads:
             torch.set_num_threads(levers.torch_threads)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -369,6 +370,48 @@ def test_watch_stops_when_asked():
     viewer.stop()
     assert viewer.wait(timeout=10) and "stopped" in viewer.label.value
     assert viewer.steps < 50
+
+
+def test_in_a_real_kernel_a_fast_game_is_drawn_at_most_max_draws_per_second(tmp_path):
+    """A game played faster than the screen is redrawn must not flood the kernel's output channel:
+    nbval reads a cell's messages only when it ends, and an overflowing queue drops its last one."""
+    from jupyter_client.manager import start_new_kernel
+
+    from workbench.lab.watch import MAX_DRAWS_PER_SECOND
+
+    code = """
+import time, torch
+from workbench.envs import env_spaces
+from workbench.lab.watch import GameViewer
+from workbench.models import ActorCritic
+torch.manual_seed(0)
+options = {"repeat_action_probability": 0.0}
+observation_space, action_space = env_spaces("ALE/Pong-v5", **options)
+model = ActorCritic(observation_space.shape, action_space.n, trunk="cnn-small")
+started = time.monotonic()
+viewer = GameViewer(model, "ALE/Pong-v5", env_options=options, fps=10_000).start()
+display(viewer)
+ended = viewer.wait(timeout=120)
+seconds = time.monotonic() - started
+print("played", viewer.steps, "steps in", seconds, "s; ended", ended, viewer.error)
+"""
+    messages: list[dict] = []
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        reply = client.execute_interactive(code, timeout=180, output_hook=messages.append)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    found = re.search(r"played (\d+) steps in ([\d.]+) s; ended True None", printed)
+    assert found, printed
+    steps, seconds = int(found.group(1)), float(found.group(2))
+    updates = [m for m in messages if m["msg_type"] == "comm_msg"]
+    # Frames at the draw rate, a score line per point (at most 21 + 20), the last frame and line.
+    bound = MAX_DRAWS_PER_SECOND * (seconds + 1) + 41 + 2
+    assert steps > 2 * bound, f"{steps} steps: too few for the bound ({bound:.0f}) to mean anything"
+    assert len(updates) <= bound, (len(updates), bound, steps, seconds)
 
 
 # --- the score to beat -----------------------------------------------------------------------

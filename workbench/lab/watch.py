@@ -1,9 +1,15 @@
 """The agent on screen: a checkpoint's policy plays a game live in a notebook.
 
 ``watch(checkpoint, recipe)`` loads the run's weights (``runs.evaluation.load_policy``) and plays
-one whole game (``runs.evaluation.play``) in a background thread, showing each agent step in an
-image widget with the score above it, at ``fps`` frames per second. The cell returns at once; the
-returned ``GameViewer`` has ``wait()``, ``stop()`` and the final ``score``.
+one whole game (``runs.evaluation.play``) in a background thread, at ``fps`` agent steps per second,
+in an image widget with the score above it. The cell returns at once; the returned ``GameViewer``
+has ``wait()``, ``stop()`` and the final ``score``.
+
+Each drawn frame is a message to the browser on the kernel's output channel, so the screen is
+redrawn at most ``MAX_DRAWS_PER_SECOND`` times a second whatever the game's pace, and the score line
+only when the score changes: a notebook run under nbval (which reads a cell's messages only when
+the cell ends) would otherwise overflow the channel's queue of 1,000 messages and lose the cell's
+last one (CI's "Timeout ... waiting for output" of notebook 09 at 600 agent steps a second).
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ import torch
 
 from workbench.runs.evaluation import EVALUATION_SEED, load_policy, play
 
-__all__ = ["GameViewer", "watch"]
+__all__ = ["GameViewer", "MAX_DRAWS_PER_SECOND", "watch"]
+
+# Smooth to the eye (Pong's real time is 15 agent steps a second), and 40 s of a game played at any
+# pace stays at 800 drawn frames: under the output queue's 1,000 messages.
+MAX_DRAWS_PER_SECOND = 20.0
 
 
 def png(screen: np.ndarray, scale: int = 2) -> bytes:
@@ -41,7 +51,8 @@ class GameViewer:
         model: an ``ActorCritic`` (``model(obs) -> (logits, value)``).
         env_id, env_options: the game and the training run's preprocessing (no sticky actions).
         seed: the game's seed (default: the evaluation seed, apart from training's).
-        fps: frames shown per second (an agent step is 4 emulator frames; 15 is real time).
+        fps: agent steps played per second (an agent step is 4 emulator frames; 15 is real
+            time); the screen is redrawn at most ``MAX_DRAWS_PER_SECOND`` times a second.
         deterministic: argmax actions instead of sampling.
     """
 
@@ -78,7 +89,8 @@ class GameViewer:
         return self
 
     def _play(self) -> None:
-        period = 1.0 / self.fps
+        period, draw_period = 1.0 / self.fps, 1.0 / MAX_DRAWS_PER_SECOND
+        drawn_at, drawn_score, frame = -float("inf"), None, None
         try:
             frames = play(
                 self.model,
@@ -90,18 +102,23 @@ class GameViewer:
             for frame in frames:
                 shown = time.monotonic()
                 self.score, self.steps = frame.score, frame.step
-                self.image.value = png(frame.screen, self.scale)
-                self.label.value = (
-                    f"<b>agent {frame.score[1]} : {frame.score[0]} opponent</b> (step {frame.step})"
-                )
+                if shown - drawn_at >= draw_period:
+                    self.image.value, drawn_at = png(frame.screen, self.scale), shown
+                if frame.score != drawn_score:
+                    self.label.value, drawn_score = self._score_line(), frame.score
                 if self._stop.is_set():
                     break
                 time.sleep(max(0.0, period - (time.monotonic() - shown)))
+            if frame is not None:  # the last position, whatever the draw rate skipped
+                self.image.value = png(frame.screen, self.scale)
             ended = "stopped" if self._stop.is_set() else "game over"
-            self.label.value += f" &mdash; {ended}"
+            self.label.value = f"{self._score_line()} after {self.steps} steps &mdash; {ended}"
         except BaseException as error:  # shown in the widget, kept for the caller
             self.error = error
             self.label.value = f'<span style="color:#b00">{html.escape(repr(error))}</span>'
+
+    def _score_line(self) -> str:
+        return f"<b>agent {self.score[1]} : {self.score[0]} opponent</b>"
 
     def stop(self) -> None:
         """End the game at the next frame."""

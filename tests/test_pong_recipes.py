@@ -102,10 +102,22 @@ def test_with_measured_precision_sets_what_it_measured_and_keeps_the_rest():
     assert dataclasses.replace(measured, autocast=None, channels_last=False) == config
 
 
+def test_with_measured_precision_measures_compiling_when_asked_and_sets_its_choice():
+    config = IMPALAConfig(learning_rate=1e-3, batch_size=3, unroll_length=4)
+    model = ActorCritic((4,), 2)
+    measure = with_measured_precision
+    measured, choice = measure(config, model, (4,), 8, seconds=0.02, try_compile=True)
+    assert "float32/contiguous/compiled" in choice.rates
+    assert measured.compile == choice.compile
+    assert dataclasses.replace(measured, compile=False) == config
+
+
 def measured_as_bfloat16(calls: list):
-    def measure(config, model, obs_shape, minibatch_size, **_):
-        calls.append((type(model).__name__, tuple(obs_shape), minibatch_size))
+    def measure(config, model, obs_shape, minibatch_size, *, try_compile=False, **_):
+        calls.append((type(model).__name__, tuple(obs_shape), minibatch_size, try_compile))
         chosen = dataclasses.replace(config, autocast="bfloat16", channels_last=True)
+        if try_compile:
+            chosen = dataclasses.replace(chosen, compile=True)
         return chosen, PrecisionChoice("bfloat16", True, {"bfloat16/channels_last": 1.0})
 
     return measure
@@ -117,7 +129,7 @@ def test_apex_measures_its_learners_network_at_its_batch_and_runs_with_the_choic
     calls: list = []
     monkeypatch.setattr(apex_recipes, "with_measured_precision", measured_as_bfloat16(calls))
     run = APEX.make_run(0, runs_dir=str(tmp_path))
-    assert calls == [("QNetwork", (4, 42, 42), 64)]
+    assert calls == [("QNetwork", (4, 42, 42), 64, False)]
     assert (run.config.agent.autocast, run.config.agent.channels_last) == ("bfloat16", True)
     assert APEX.config.agent.autocast is None  # the recipe itself is left alone
 
@@ -129,11 +141,12 @@ def test_seed_measures_its_learners_network_at_its_batch_and_runs_with_the_choic
     monkeypatch.setattr(seed_recipes, "with_measured_precision", measured_as_bfloat16(calls))
     run = SEED.make_run(0, runs_dir=str(tmp_path))
     try:
-        assert calls == [("ActorCritic", (4, 42, 42), 240)]
+        assert calls == [("ActorCritic", (4, 42, 42), 240, True)]  # V-trace's update compiles
         assert (run.config.learner.autocast, run.config.learner.channels_last) == (
             "bfloat16",
             True,
         )
+        assert run.config.learner.compile
     finally:
         run.stop()
 
@@ -147,7 +160,8 @@ def test_seed_r2d2_measures_its_trunk_at_its_batch_of_rows_and_runs_with_the_cho
     run = r2d2.make_run(0, runs_dir=str(tmp_path))
     try:
         learner = r2d2.config.learner
-        assert calls == [("UniverseCNN", (4, 42, 42), learner.batch_size * learner.stored_length)]
+        rows = learner.batch_size * learner.stored_length
+        assert calls == [("UniverseCNN", (4, 42, 42), rows, False)]
         assert (run.config.learner.autocast, run.config.learner.channels_last) == (
             "bfloat16",
             True,

@@ -160,8 +160,17 @@ class Precision:
             if not isinstance(value, bool):
                 raise ValueError(f"{name}.{flag} must be True or False, got {value!r}")
 
+    def refuse_float16(self) -> None:
+        """For learners without a gradient scaler (IMPALA): ValueError naming the fix when
+        ``autocast='float16'``."""
+        if self.autocast == "float16":
+            raise ValueError(
+                f"{type(self).__name__}: autocast='float16' is not supported (float16 needs "
+                "gradient scaling); use autocast='bfloat16' or None."
+            )
+
     def refuse_float16_and_compile(self) -> None:
-        """For learners without a gradient scaler or a compiled update (DQN, IMPALA, R2D2):
+        """For learners without a gradient scaler or a compiled update (DQN, R2D2):
         ValueError naming the fix when ``autocast='float16'`` or ``compile=True``."""
         if self.autocast == "float16" or self.compile:
             raise ValueError(

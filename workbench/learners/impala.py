@@ -20,6 +20,7 @@ observation to bootstrap from: its action belongs to the next unroll, which star
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ from workbench.learners.base import (
     Precision,
     Reduction,
     check_precision,
+    compiled,
     move_optimizer_state,
 )
 
@@ -47,8 +49,9 @@ class IMPALAConfig(Precision):
     """IMPALA hyperparameters. Defaults: the paper's Table G.1 where it states them (baseline
     cost 0.5, entropy 0.01, gradient-norm clip 40, rho_bar = c_bar = 1), with Adam (SEED's
     choice). The precision fields (``Precision``) are the policy gradients' levers: ``autocast``
-    None or ``"bfloat16"`` around the update's forward passes (V-trace and the losses in float32)
-    and ``channels_last``, which converts the model the server acts with too; no ``compile``."""
+    None or ``"bfloat16"`` around the update's forward passes (V-trace and the losses in float32),
+    ``channels_last``, which converts the model the server acts with too, and ``compile``: the
+    update's forward pass over the unrolls through ``torch.compile`` (the server acts eagerly)."""
 
     gamma: float = 0.99
     learning_rate: float = 6e-4
@@ -70,7 +73,7 @@ class IMPALAConfig(Precision):
 
     def __post_init__(self) -> None:
         self.check_fields()
-        self.refuse_float16_and_compile()
+        self.refuse_float16()
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not self.learning_rate > 0:
@@ -93,7 +96,10 @@ class IMPALA:
     same object the inference server acts with: in SEED, actors never hold parameters).
 
     ``lock``, when given, is held while the optimizer writes the parameters, so that the server's
-    forward passes (which hold it too) never see half an update."""
+    forward passes (which hold it too) never see half an update. With ``config.compile`` it is also
+    held through the first update, which compiles: tracing the model patches ``Module.__call__``
+    for the whole process, and a server thread's forward pass during it fails ("module is not
+    installed as a submodule")."""
 
     batch_axis = 1  # time-major unrolls split along B between data-parallel learners
 
@@ -118,6 +124,8 @@ class IMPALA:
         )
         self.reduction = Reduction()
         self.num_updates = 0
+        self.lock = lock
+        self._compiled_forward = None  # made at the first update when config.compile is on
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One gradient step on a time-major batch of unrolls (``[T + 1, B, ...]``, the keys of
@@ -143,7 +151,7 @@ class IMPALA:
 
         check_precision(c.autocast, self.device, "IMPALA")
         with c.autocast_context(self.device):
-            logits, values = self.model(obs)
+            logits, values = self.forward(obs)
         logits, values = logits.float(), values.float()
         dist = Categorical(logits=logits[:-1])
         target_logp = dist.log_prob(actions)
@@ -189,6 +197,19 @@ class IMPALA:
             "charts/mean_rho": mean_rho,
             "charts/clipped_rho_fraction": clipped,
         }
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model over ``[T + 1, B, ...]`` observations: compiled with ``config.compile``, the
+        first call (the compiling) holding ``lock`` so that no other thread runs the model."""
+        if not self.config.compile:
+            return self.model(obs)
+        if self._compiled_forward is None:
+            compiled_forward = compiled(self.model)
+            with self.lock if self.lock is not None else contextlib.nullcontext():
+                out = compiled_forward(obs)
+            self._compiled_forward = compiled_forward
+            return out
+        return self._compiled_forward(obs)
 
     @property
     def learning_rate(self) -> float:

@@ -189,10 +189,16 @@ def with_measured_precision(
     minibatch_size: int,
     *,
     seconds: float = 1.0,
+    try_compile: bool = False,
 ) -> tuple[Any, PrecisionChoice]:
     """``config`` (a learner's, with ``Precision``'s fields) with the fastest autocast and memory
     layout of ``choose_precision`` for ``model`` at ``minibatch_size`` on this CPU, and the
-    measurement. For learners that do not compile (DQN, IMPALA): ``compile`` is left as it is."""
-    choice = choose_precision(model, obs_shape, minibatch_size, seconds=seconds)
+    measurement. With ``try_compile`` (learners that compile: PPO, A2C, IMPALA) ``compile`` is
+    measured too; otherwise (DQN, R2D2) it is left as it is."""
+    choice = choose_precision(
+        model, obs_shape, minibatch_size, seconds=seconds, try_compile=try_compile
+    )
     measured = replace(config, autocast=choice.autocast, channels_last=choice.channels_last)
+    if try_compile:
+        measured = replace(measured, compile=choice.compile)
     return measured, choice

@@ -93,7 +93,8 @@ class SeedRecipe:
         return Seed(config, device=self.device, runs_dir=runs_dir, name=name)
 
     def measured_learner(self, config: SeedConfig) -> IMPALAConfig | R2D2Config:
-        """The learner's config with the precision that times fastest here."""
+        """The learner's config with the precision that times fastest here (V-trace: compiled
+        or not too; R2D2's learner does not compile)."""
         learner = learner_config(config)
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
@@ -102,7 +103,9 @@ class SeedRecipe:
             batch = learner.batch_size * learner.unroll_length
         else:  # R2D2: its convolutional trunk, over every stored row of a batch of sequences
             model, batch = model.trunk, learner.batch_size * learner.stored_length
-        measured, choice = with_measured_precision(learner, model, shape, batch)
+        measured, choice = with_measured_precision(
+            learner, model, shape, batch, try_compile=config.algorithm == "vtrace"
+        )
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return measured
 
@@ -188,7 +191,9 @@ def _vtrace_pong_fast() -> SeedConfig:
     # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005,
     # seed 0 reached 18 in 21.8k updates (47 min on the AVX2-only EPYC, half the usual learner
     # rate) and its policy played +17.6 sampled, +17.9 greedy
-    # (data/learning_seed_vtrace_pong_fast.json).
+    # (data/learning_seed_vtrace_pong_fast.json). There the learner made ~7 updates/s on one
+    # eager thread; compiled (measured at start, kept where it pays) on two threads, ~13: both
+    # side by side in benchmarks/seed_levers.py (data/seed_levers.json).
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",
@@ -209,6 +214,7 @@ def _vtrace_pong_fast() -> SeedConfig:
         ),
         replay_ratio=4.0,
         replay_unrolls=256,
+        learner_threads=2,
     )
 
 

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from kernel_messages import run_in_kernel
 
 from workbench.envs import env_spaces
 from workbench.learners import choose_precision
@@ -375,8 +376,6 @@ def test_watch_stops_when_asked():
 def test_in_a_real_kernel_a_fast_game_is_drawn_at_most_max_draws_per_second(tmp_path):
     """A game played faster than the screen is redrawn must not flood the kernel's output channel:
     nbval reads a cell's messages only when it ends, and an overflowing queue drops its last one."""
-    from jupyter_client.manager import start_new_kernel
-
     from workbench.lab.watch import MAX_DRAWS_PER_SECOND
 
     code = """
@@ -395,15 +394,7 @@ ended = viewer.wait(timeout=120)
 seconds = time.monotonic() - started
 print("played", viewer.steps, "steps in", seconds, "s; ended", ended, viewer.error)
 """
-    messages: list[dict] = []
-    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
-    try:
-        reply = client.execute_interactive(code, timeout=180, output_hook=messages.append)
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    messages, printed = run_in_kernel(code, str(tmp_path), timeout=180)
     found = re.search(r"played (\d+) steps in ([\d.]+) s; ended True None", printed)
     assert found, printed
     steps, seconds = int(found.group(1)), float(found.group(2))

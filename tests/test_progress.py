@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+from kernel_messages import run_in_kernel
 
 from workbench import progress
 from workbench.learners import PPO, PPOConfig
@@ -76,8 +77,6 @@ def test_a_loop_that_raises_closes_its_bar_so_later_runs_draw_theirs(tmp_path, m
 def test_in_a_real_kernel_a_run_bar_is_a_widget_redrawn_about_once_a_second(tmp_path):
     """A notebook run's bar must not flood the kernel's output channel: nbval reads a cell's
     messages only when the cell ends, and a queue that overflows drops the cell's last message."""
-    from jupyter_client.manager import start_new_kernel
-
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_PROGRESS"}
     seconds = 4
     code = f"""
@@ -90,15 +89,7 @@ run = Run("CartPole-v1", PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_m
 run.run(seconds={seconds})
 print("updates", run.updates)
 """
-    messages: list[dict] = []
-    manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
-    try:
-        reply = client.execute_interactive(code, timeout=120, output_hook=messages.append)
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    messages, printed = run_in_kernel(code, str(tmp_path), env=env)
     updates = int(re.search(r"updates (\d+)", printed).group(1))
     widgets = [m for m in messages if m["msg_type"] == "comm_open"]
     redraws = [m for m in messages if m["msg_type"] == "comm_msg"]

@@ -97,9 +97,9 @@ class IMPALA:
 
     ``lock``, when given, is held while the optimizer writes the parameters, so that the server's
     forward passes (which hold it too) never see half an update. With ``config.compile`` it is also
-    held through the first update, which compiles: tracing the model patches ``Module.__call__``
-    for the whole process, and a server thread's forward pass during it fails ("module is not
-    installed as a submodule")."""
+    held through the first forward pass, which compiles: tracing the model patches
+    ``Module.__call__`` for the whole process, and a server thread's forward pass during it fails
+    ("module is not installed as a submodule")."""
 
     batch_axis = 1  # time-major unrolls split along B between data-parallel learners
 

@@ -191,10 +191,10 @@ def _vtrace_pong_fast() -> SeedConfig:
     # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005,
     # seed 0 reached 18 in 21.8k updates (47 min on the AVX2-only EPYC, half the usual learner
     # rate) and its policy played +17.6 sampled, +17.9 greedy
-    # (data/learning_seed_vtrace_pong_fast.json). There the learner made 7.1 updates/s (eager, one
-    # torch thread); its forward pass compiled (measured at start, kept where it pays), 10.4.
-    # A second learner thread was not steadily faster (9.4 compiled, the actors starved: a tenth
-    # of the learner's calls found no unroll): benchmarks/seed_levers.py, data/seed_levers.json.
+    # (data/learning_seed_vtrace_pong_fast.json). There the learner made 6.7 updates/s (eager, one
+    # torch thread); its forward pass compiled (measured at start, kept where it pays), 8.9.
+    # A second learner thread was not steadily faster (1.05x, and 0.91x in a first pass; the
+    # actors starve): benchmarks/seed_levers.py, data/seed_levers.json.
     # Compiled, seeds 1 and 2 reached 18 at 36.8 and 55.5 min there (seed 1 had missed it eager).
     return SeedConfig(
         env_id="ALE/Pong-v5",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -198,12 +199,39 @@ def test_a_bfloat16_channels_last_update_takes_the_float32_step_up_to_rounding(n
     torch.testing.assert_close(fast.priorities, plain.priorities, rtol=0.1, atol=0.02)
 
 
-@pytest.mark.parametrize(
-    "changes, fix", [(dict(autocast="float16"), "bfloat16"), (dict(compile=True), "compile=False")]
-)
-def test_precision_dqn_does_not_support_names_the_fix(changes, fix):
-    with pytest.raises(ValueError, match=fix):
-        DQNConfig(**changes)
+def test_precision_dqn_does_not_support_names_the_fix():
+    with pytest.raises(ValueError, match="bfloat16"):
+        DQNConfig(autocast="float16")
+
+
+@pytest.mark.parametrize("num_atoms", [1, 51])
+def test_a_compiled_dqn_takes_the_eager_steps_and_priorities_through_target_copies(num_atoms):
+    # Three updates with a target copy after the second: the compiled loss reads the networks'
+    # parameters as they are now (an optimizer step, a copy into the target), not as traced.
+    torch.manual_seed(0)
+    q_network = QNetwork((4,), 3, dueling=True, num_atoms=num_atoms, v_min=-2.0, v_max=2.0)
+    compiled_network = copy.deepcopy(q_network)
+    config = DQNConfig(target_update_interval=2, learning_rate=1e-2)
+    eager = DQN(q_network, config)
+    fused = DQN(compiled_network, replace(config, compile=True))
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        batch = {
+            "obs": torch.randn(16, 4, generator=generator),
+            "actions": torch.randint(3, (16,), generator=generator),
+            "returns": torch.randn(16, generator=generator),
+            "discounts": torch.full((16,), 0.97),
+            "next_obs": torch.randn(16, 4, generator=generator),
+            "weights": torch.rand(16, generator=generator),
+        }
+        expected, got = eager.update(batch), fused.update(batch)
+        assert got["losses/q"] == pytest.approx(expected["losses/q"], rel=1e-4, abs=1e-6)
+        torch.testing.assert_close(fused.priorities, eager.priorities, rtol=1e-4, atol=1e-5)
+    for a, b in zip(q_network.parameters(), compiled_network.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for a, b in zip(eager.target.parameters(), fused.target.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert fused.state_dict()["model"].keys() == eager.state_dict()["model"].keys()
 
 
 def test_a_batch_without_the_transition_keys_names_them():

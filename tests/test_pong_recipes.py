@@ -132,7 +132,7 @@ def test_apex_measures_its_learners_network_at_its_batch_and_runs_with_the_choic
     calls: list = []
     monkeypatch.setattr(apex_recipes, "with_measured_precision", measured_as_bfloat16(calls))
     run = APEX.make_run(0, runs_dir=str(tmp_path))
-    assert calls == [("QNetwork", (4, 42, 42), 64, False)]
+    assert calls == [("QNetwork", (4, 42, 42), 64, True)]
     assert (run.config.agent.autocast, run.config.agent.channels_last) == ("bfloat16", True)
     assert APEX.config.agent.autocast is None  # the recipe itself is left alone
 

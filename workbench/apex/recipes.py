@@ -35,10 +35,18 @@ class ApexRecipe:
     """Choose the learner's autocast and memory layout by timing its network at its batch on
     this CPU at start (``learners.with_measured_precision``; about 4 s): bfloat16 halves an
     update's cost on an AVX-512 bf16 CPU and is ten times dearer on an AVX2-only one."""
+    measure_compile: bool = False
+    """With ``measure_precision``: also time the chosen combination under ``torch.compile`` and
+    compile the learner's loss where that is ``COMPILE_GAIN`` faster (10-30 s more at start)."""
     algorithm: type = field(default=None, init=False)  # set below: Apex
 
     def __post_init__(self) -> None:
         self.algorithm = Apex
+        if self.measure_compile and not self.measure_precision:
+            raise ValueError(
+                f"ApexRecipe {self.name!r}: measure_compile times the combination "
+                "measure_precision chooses; set measure_precision=True too."
+            )
         if self.measure_precision and self.config.algo != "dqn":
             raise ValueError(
                 f"ApexRecipe {self.name!r}: measure_precision times a DQN learner's network; "
@@ -116,7 +124,7 @@ class ApexRecipe:
         shape = observation_space.shape
         network = QNetwork(shape, int(action_space.n), **config.model_options)
         agent, choice = with_measured_precision(
-            config.agent, network, shape, config.agent.batch_size
+            config.agent, network, shape, config.agent.batch_size, try_compile=self.measure_compile
         )
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return agent
@@ -277,9 +285,10 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             target_return=18.0,
             total_steps=3_000_000,
             measure_precision=True,
+            measure_compile=True,
             note="Ape-X DQN on Pong sized for 2 cores (ppo-pong-fast's protocol: 42x42, no sticky "
             "actions): 4 actors x 4 envs, a 400k frame-once replay, batch-64 learner at 8 "
-            "samples per env step with its precision measured at start.",
+            "samples per env step with its precision and compiling measured at start.",
         ),
     )
 }

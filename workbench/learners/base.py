@@ -170,7 +170,7 @@ class Precision:
             )
 
     def refuse_float16_and_compile(self) -> None:
-        """For learners without a gradient scaler or a compiled update (DQN, R2D2):
+        """For learners without a gradient scaler or a compiled update (R2D2):
         ValueError naming the fix when ``autocast='float16'`` or ``compile=True``."""
         if self.autocast == "float16" or self.compile:
             raise ValueError(

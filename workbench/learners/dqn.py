@@ -42,6 +42,7 @@ from workbench.learners.base import (
     Precision,
     Reduction,
     check_precision,
+    compiled,
     move_optimizer_state,
 )
 from workbench.models import EpsilonGreedy, QNetwork
@@ -56,7 +57,9 @@ class DQNConfig(Precision):
     Table 1), else CleanRL's ``dqn.py``; model options (dueling, atoms) are the ``QNetwork``'s.
     The precision fields (``Precision``: ``autocast``, ``channels_last``) are the policy
     gradients' levers; DQN takes ``autocast`` None or ``"bfloat16"`` (float16 would need the
-    gradient scaling DQN does not do), and no ``compile``."""
+    gradient scaling DQN does not do) and ``compile``: the update's loss (its three forward
+    passes, the target and the Huber loss) through ``torch.compile``; acting and an Ape-X actor's
+    initial priorities stay eager."""
 
     gamma: float = 0.99
     n_step: int = 3
@@ -95,7 +98,7 @@ class DQNConfig(Precision):
 
     def __post_init__(self) -> None:
         self.check_fields()
-        self.refuse_float16_and_compile()
+        self.refuse_float16()
         if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
             raise ValueError(f"DQNConfig.n_step must be an int >= 1, got {self.n_step!r}")
         for name in ("batch_size", "replay_capacity", "target_update_interval"):
@@ -185,6 +188,7 @@ class DQN:
         self.num_updates = 0
         self.progress = 0.0
         self.priorities: torch.Tensor | None = None
+        self._compiled_losses = None  # made at the first update when config.compile is on
 
     def learning_rate_for(self, batch_size: int) -> float:
         """``learning_rate``, scaled with ``batch_size`` when the config asks (Stooke & Abbeel
@@ -220,7 +224,10 @@ class DQN:
         priorities are in ``self.priorities`` afterwards.
         """
         batch = transition_batch(batch, self.device, "DQN.update")
-        loss_per_sample, q_taken, priorities = self.losses(batch)
+        if self.config.compile and self._compiled_losses is None:  # the first update compiles
+            self._compiled_losses = compiled(self.losses)
+        losses = self._compiled_losses if self.config.compile else self.losses
+        loss_per_sample, q_taken, priorities = losses(batch)
         loss = self.reduction.mean(batch["weights"] * loss_per_sample)
         grad_norm = self.gradient_step.step(loss, self.reduction)
         self.num_updates += 1

@@ -24,8 +24,8 @@ import tempfile
 import time
 
 import record  # this folder is sys.path[0] when the script runs
+from lever_rows import ROWS, interleaved_passes, lever_ratios
 
-ROWS = (("eager", 1), ("eager", 2), ("compiled", 1), ("compiled", 2))
 WARMUP_SECONDS = 60.0  # actors starting, learning_starts' env steps and the compiling before it
 
 
@@ -126,18 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     choice = choose_precision(network, shape, config.agent.batch_size, try_compile=True)
     print(f"learner samples/s {choice.describe()}", flush=True)
     precision = {forward: fastest(choice.rates, forward == "compiled") for forward, _ in ROWS}
-    passes: dict[str, list[dict]] = {}
-    for repeat in range(args.repeats):
-        order = ROWS if repeat % 2 == 0 else tuple(reversed(ROWS))
-        for forward, threads in order:
-            row = measure(recipe, precision[forward], threads, args.seconds)
-            passes.setdefault(f"{forward}/{threads}", []).append(row)
-            print(
-                f"pass {repeat + 1}: {forward}, {threads} thread(s): "
-                f"{row['updates_per_second']:.2f} updates/s",
-                flush=True,
-            )
-    best = {name: max(rows, key=lambda r: r["updates_per_second"]) for name, rows in passes.items()}
+
+    def row(forward: str, threads: int) -> dict:
+        return measure(recipe, precision[forward], threads, args.seconds)
+
+    passes, best = interleaved_passes(args.repeats, row)
     print(
         f"\n{'forward':<10}{'threads':>8}{'updates/s':>11}{'env steps/s':>13}"
         f"{'samples/step':>14}{'ms/update':>11}"
@@ -149,12 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['env_steps_per_second']:>13.0f}{row['samples_per_env_step']:>14.1f}"
             f"{row['ms_per_update']:>11.0f}"
         )
-    rate = {name: row["updates_per_second"] for name, row in best.items()}
-    ratios = {
-        "compiled_vs_eager_one_thread": rate["compiled/1"] / rate["eager/1"],
-        "two_threads_vs_one_compiled": rate["compiled/2"] / rate["compiled/1"],
-        "best_vs_eager_one_thread": max(rate.values()) / rate["eager/1"],
-    }
+    ratios = lever_ratios(best)
     recording.finish(
         {
             "seconds": args.seconds,

@@ -25,8 +25,8 @@ import tempfile
 import time
 
 import record  # this folder is sys.path[0] when the script runs
+from lever_rows import ROWS, interleaved_passes, lever_ratios
 
-ROWS = (("eager", 1), ("eager", 2), ("compiled", 1), ("compiled", 2))
 WARMUP_SECONDS = 30.0  # actors starting and the first update (compiling: about 20 s) before it
 
 
@@ -104,18 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
     recipe = SEED_RECIPES["seed-vtrace-pong-fast"]
     measured = recipe.measured_learner(replace(recipe.config, seed=0))  # once: the same for each
-    passes: dict[str, list[dict]] = {}
-    for repeat in range(args.repeats):
-        order = ROWS if repeat % 2 == 0 else tuple(reversed(ROWS))
-        for forward, threads in order:
-            row = measure(recipe, measured, forward, threads, args.seconds)
-            passes.setdefault(f"{forward}/{threads}", []).append(row)
-            print(
-                f"pass {repeat + 1}: {forward}, {threads} thread(s): "
-                f"{row['updates_per_second']:.2f} updates/s",
-                flush=True,
-            )
-    best = {name: max(rows, key=lambda r: r["updates_per_second"]) for name, rows in passes.items()}
+
+    def row(forward: str, threads: int) -> dict:
+        return measure(recipe, measured, forward, threads, args.seconds)
+
+    passes, best = interleaved_passes(args.repeats, row)
     print(
         f"\n{'forward':<10}{'threads':>8}{'updates/s':>11}{'env steps/s':>13}"
         f"{'ms/update':>11}{'no unroll':>11}"
@@ -126,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['env_steps_per_second']:>13.0f}{row['ms_per_update']:>11.0f}"
             f"{row['empty_fraction']:>11.0%}"
         )
-    rate = {name: row["updates_per_second"] for name, row in best.items()}
-    ratios = {
-        "compiled_vs_eager_one_thread": rate["compiled/1"] / rate["eager/1"],
-        "two_threads_vs_one_compiled": rate["compiled/2"] / rate["compiled/1"],
-        "best_vs_eager_one_thread": max(rate.values()) / rate["eager/1"],
-    }
+    ratios = lever_ratios(best)
     recording.finish(
         {"seconds": args.seconds, "repeats": args.repeats, "rows": best, "passes": passes},
         ratios,

@@ -36,15 +36,16 @@ class ApexRecipe:
     this CPU at start (``learners.with_measured_precision``; about 4 s): bfloat16 halves an
     update's cost on an AVX-512 bf16 CPU and is ten times dearer on an AVX2-only one."""
     measure_compile: bool = False
-    """With ``measure_precision``: also time the chosen combination under ``torch.compile`` and
-    compile the learner's loss where that is ``COMPILE_GAIN`` faster (10-30 s more at start)."""
+    """With ``measure_precision``: also time the chosen precision under ``torch.compile`` in each
+    memory layout and compile the learner's loss where that is ``COMPILE_GAIN`` faster (10-30 s
+    more at start)."""
     algorithm: type = field(default=None, init=False)  # set below: Apex
 
     def __post_init__(self) -> None:
         self.algorithm = Apex
         if self.measure_compile and not self.measure_precision:
             raise ValueError(
-                f"ApexRecipe {self.name!r}: measure_compile times the combination "
+                f"ApexRecipe {self.name!r}: measure_compile times the precision "
                 "measure_precision chooses; set measure_precision=True too."
             )
         if self.measure_precision and self.config.algo != "dqn":

@@ -178,11 +178,11 @@ def choose_precision(
     channels_last = layout == "channels_last"
     use_compiled = False
     if try_compile:
-        for layout in layouts:  # compiling can reverse the layouts' order (module docstring)
-            rates[label(autocast, layout, compile=True)] = measure(
-                autocast=autocast, channels_last=layout, compile=True
+        for nhwc in layouts:  # compiling can reverse the layouts' order (module docstring)
+            rates[label(autocast, nhwc, compile=True)] = measure(
+                autocast=autocast, channels_last=nhwc, compile=True
             )
-        fused = max(layouts, key=lambda layout: rates[label(autocast, layout, compile=True)])
+        fused = max(layouts, key=lambda nhwc: rates[label(autocast, nhwc, compile=True)])
         if rates[label(autocast, fused, compile=True)] >= COMPILE_GAIN * rates[best]:
             use_compiled, channels_last = True, fused
     return PrecisionChoice(

@@ -213,7 +213,9 @@ class Curve:
                 f"return(last 20) {shown}, {point['episodes']} episodes, {point['seconds']:.0f} s",
                 flush=True,
             )
-            self._next_log += self.log_every
+            # the next multiple of log_every: a resumed run's first point is already at its
+            # checkpoint's seconds, and must not print a line per point to catch up
+            self._next_log = (point["seconds"] // self.log_every + 1) * self.log_every
 
     def seconds_to(self, level: float) -> float | None:
         """Wall seconds of the first point whose return reached ``level`` (every point counts,

@@ -68,3 +68,13 @@ def test_device_refuses_a_recipe_that_chooses_its_device_in_its_config(capsys):
     else:
         raise AssertionError("--device on a PPO recipe was accepted")
     assert "ppo-pong-fast" in capsys.readouterr().err
+
+
+def test_a_resumed_run_prints_one_progress_line_per_log_interval(capsys):
+    # A run resumed from a checkpoint reports wall seconds from its first segment's start: its
+    # first point is at 3,300 s, and the points after it come every 2 s.
+    curve = learning.Curve(frameskip=4, every=10, log_every=60, prefix="resumed")
+    for seconds in range(3300, 3420, 2):
+        curve({"env_steps": seconds * 200, "mean_return": None, "episodes": 0, "seconds": seconds})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[-2] for line in lines] == ["3300", "3360"]

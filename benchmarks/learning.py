@@ -20,14 +20,17 @@ A checkpoint at a stage of learning, and runs that continue it: ``--target R --k
 PATH`` stops at a return of R and keeps the run's checkpoint; ``--resume-from PATH`` continues it
 once per seed (the seed picks the envs and the sampling; ``resumed_at_env_steps`` says where), with
 ``--max-env-steps`` and ``--train-through`` for a fixed length (notebook 09's ci run is sized from
-such a record). Every kind runs through ``recipe.run(seed, max_seconds=, on_update=)``
-(``runs.recipes.run_recipe``), its run writing its metrics under ``$WORKBENCH_RUNS_DIR`` (else
-``runs/``).
+such a record). A lever probe: ``--set config.agent.learning_rate=3e-4 --out data/probe_x.json``
+runs the recipe with that setting changed (a dotted path in the recipe, a Python literal; repeat for
+more) and records what it changed under the recipe's ``settings``. Every kind runs through
+``recipe.run(seed, max_seconds=, on_update=)`` (``runs.recipes.run_recipe``), its run writing its
+metrics under ``$WORKBENCH_RUNS_DIR`` (else ``runs/``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import os
@@ -145,7 +148,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the learner's device for every named recipe that has one (Ape-X, SEED: cpu, cuda, "
         "auto), in place of the recipe's; a recipe that learns in its own processes refuses",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change one setting of every named recipe for this command (repeat for more): a "
+        "dotted path in the recipe and a Python literal, e.g. config.agent.learning_rate=3e-4 or "
+        "config.min_replay_ratio=4; a lever probe, recorded in its own --out with what it changed",
+    )
     args = parser.parse_args(argv)
+    if args.set and args.out is None:
+        parser.error(
+            "--set runs a recipe other than the one its default record holds: write it to a file "
+            "of its own with --out (e.g. data/probe_<lever>.json)."
+        )
     if args.device is not None:
         fixed = [name for name in args.recipes or [] if not hasattr(RECIPES[name], "device")]
         if fixed or args.recipes is None:
@@ -157,6 +174,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--resume-from continues one recipe's checkpoint: name that recipe alone.")
     if args.recipes is None:
         args.recipes = default_recipes()
+    try:  # a wrong --set fails here, not an hour into the runs
+        args.settings = [parse_setting(text) for text in args.set]
+        for name in args.recipes:
+            with_settings(RECIPES[name], args.settings)
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
     if args.out is None:
         named = sorted(args.recipes) != sorted(default_recipes())
         args.out = (
@@ -169,8 +192,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def parse_setting(text: str) -> tuple[str, object]:
+    """``FIELD=VALUE`` of ``--set``: the dotted path and the value as a Python literal (a bare word
+    stays a string)."""
+    path, sep, value = text.partition("=")
+    if not sep or not path.strip():
+        raise ValueError(
+            f"--set takes FIELD=VALUE, e.g. config.agent.learning_rate=3e-4; got {text!r}"
+        )
+    try:
+        parsed = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        parsed = value.strip()
+    return path.strip(), parsed
+
+
+def setting_value(current: object, value: object, where: str) -> object:
+    """``value`` in the type of the setting it replaces: an int stays an int, a float a float, a
+    flag a flag (``4`` for a float setting is ``4.0``; ``2.5`` for an integer one is an error)."""
+    if current is None:
+        return value
+    numbers = (int, float)
+    if isinstance(current, bool) or isinstance(value, bool):
+        if isinstance(current, bool) and isinstance(value, bool):
+            return value
+    elif isinstance(current, numbers) and isinstance(value, numbers):
+        if isinstance(current, float):
+            return float(value)
+        if value == int(value):
+            return int(value)
+    elif not isinstance(current, numbers):
+        return value
+    raise ValueError(
+        f"--set {where}={value!r}: the setting holds {current!r} ({type(current).__name__}); "
+        "give a value of that type"
+    )
+
+
+def with_settings(recipe, settings: list[tuple[str, object]]):
+    """``recipe`` with each ``(dotted path, value)`` of ``--set`` replaced, through
+    ``dataclasses.replace`` at every level (so each config checks its new value)."""
+
+    def replaced(obj, keys: list[str], value: object, where: str):
+        names = (
+            [f.name for f in dataclasses.fields(obj) if f.init]
+            if dataclasses.is_dataclass(obj)
+            else []
+        )
+        if keys[0] not in names:
+            raise ValueError(
+                f"--set {where}: {type(obj).__name__} has no setting {keys[0]!r}"
+                + (f"; its settings: {', '.join(names)}" if names else "")
+            )
+        current = getattr(obj, keys[0])
+        if len(keys) > 1:
+            value = replaced(current, keys[1:], value, where)
+        else:
+            value = setting_value(current, value, where)
+        return dataclasses.replace(obj, **{keys[0]: value})
+
+    for path, value in settings:
+        recipe = replaced(recipe, path.split("."), value, path)
+    return recipe
+
+
 def chosen_recipe(recipe, args: argparse.Namespace):
-    """The recipe as this command runs it: its target and learner's device as the options say."""
+    """The recipe as this command runs it: its settings (``--set``), target and learner's device
+    as the options say."""
+    recipe = with_settings(recipe, getattr(args, "settings", []))
     if args.target is not None:
         recipe = dataclasses.replace(recipe, target_return=args.target)
     if args.device is not None:
@@ -296,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch_threads": torch.get_num_threads(),
             "device": getattr(recipe, "device", None),
             "note": recipe.note,
+            "settings": dict(args.settings),  # --set: what this record changed in the recipe
             "runs": [run for run in earlier if run["seed"] not in args.seeds],
         }
         for seed in args.seeds:

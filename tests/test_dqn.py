@@ -204,6 +204,13 @@ def test_precision_dqn_does_not_support_names_the_fix():
         DQNConfig(autocast="float16")
 
 
+@pytest.mark.parametrize("learning_rate", [0.0, -1e-4])
+def test_a_learning_rate_that_is_not_positive_is_refused_with_the_config(learning_rate):
+    # at once, not when the optimizer is built inside a run's process
+    with pytest.raises(ValueError, match="learning_rate must be positive"):
+        DQNConfig(learning_rate=learning_rate)
+
+
 @pytest.mark.parametrize("num_atoms", [1, 51])
 def test_a_compiled_dqn_takes_the_eager_steps_and_priorities_through_target_copies(num_atoms):
     # Three updates with a target copy after the second: the compiled loss reads the networks'

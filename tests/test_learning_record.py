@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 )
@@ -78,3 +80,50 @@ def test_a_resumed_run_prints_one_progress_line_per_log_interval(capsys):
         curve({"env_steps": seconds * 200, "mean_return": None, "episodes": 0, "seconds": seconds})
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[-2] for line in lines] == ["3300", "3360"]
+
+
+def test_set_changes_nested_settings_of_a_recipe_in_their_own_types():
+    from workbench.apex import APEX_RECIPES
+
+    recipe = APEX_RECIPES["apex-dqn-pong-fast"]
+    settings = [
+        learning.parse_setting("config.agent.learning_rate=3e-4"),
+        learning.parse_setting("config.min_replay_ratio=4"),
+        learning.parse_setting("config.agent.batch_size=32.0"),
+    ]
+    probe = learning.with_settings(recipe, settings)
+    assert probe.config.agent.learning_rate == 3e-4
+    assert probe.config.min_replay_ratio == 4.0 and isinstance(probe.config.min_replay_ratio, float)
+    assert probe.config.agent.batch_size == 32 and isinstance(probe.config.agent.batch_size, int)
+    assert recipe.config.agent.learning_rate == 1.5e-4  # the registered recipe is left as it was
+
+
+def test_set_refuses_an_unknown_setting_and_names_the_ones_there_are(tmp_path, capsys):
+    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.agent.lr=3e-4"]
+    with pytest.raises(SystemExit):
+        learning.parse_args([*args, "--out", str(tmp_path / "probe.json")])
+    error = capsys.readouterr().err
+    assert "no setting 'lr'" in error and "learning_rate" in error
+
+
+def test_set_refuses_a_fraction_for_an_integer_setting(tmp_path, capsys):
+    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.agent.batch_size=2.5"]
+    with pytest.raises(SystemExit):
+        learning.parse_args([*args, "--out", str(tmp_path / "probe.json")])
+    assert "batch_size=2.5" in capsys.readouterr().err
+
+
+def test_set_needs_an_out_of_its_own(capsys):
+    # Without --out a probe would overwrite (or --merge into) the recipe's own record.
+    with pytest.raises(SystemExit):
+        learning.parse_args(["--recipes", "apex-dqn-pong-fast", "--set", "config.seed=1"])
+    assert "--out" in capsys.readouterr().err
+
+
+def test_a_probe_runs_the_recipe_its_settings_describe(tmp_path):
+    out = str(tmp_path / "probe.json")
+    args = learning.parse_args(
+        ["--recipes", "dqn-pong-fast", "--set", "config.learning_rate=3e-4", "--out", out]
+    )
+    recipe = learning.chosen_recipe(learning.all_recipes()["dqn-pong-fast"], args)
+    assert recipe.config.learning_rate == 3e-4 and args.settings == [("config.learning_rate", 3e-4)]

@@ -112,6 +112,8 @@ class DQNConfig(Precision):
             )
         if not self.replay_ratio > 0:
             raise ValueError(f"DQNConfig.replay_ratio must be positive, got {self.replay_ratio}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"DQNConfig.learning_rate must be positive, got {self.learning_rate}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"DQNConfig.gamma must be in [0, 1], got {self.gamma}")
         if self.scale_learning_rate is not None and self.reference_batch_size is None:

@@ -30,7 +30,6 @@ import record  # this folder is sys.path[0] when the script runs
 TESTS = [
     "tests/test_apex.py",
     "tests/test_apex_orphans.py",
-    "tests/test_apex_ray.py",
     "tests/test_apex_study.py",
     "tests/test_apex_transports.py",
     "tests/test_seed.py",

@@ -1,6 +1,6 @@
 """Ape-X (Horgan et al. 2018): the roles one by one, then the whole run on local processes.
 
-The Ray transport has its own file (test_apex_ray.py); both transports keep one contract
+Both transports keep one contract, and a whole run on the Ray transport is checked there too
 (test_apex_transports.py)."""
 
 from __future__ import annotations

@@ -1,9 +1,14 @@
-"""The contract of Ape-X's transports (``workbench.apex.transports.ApexTransport``), one behaviour
-per test, each test run on both transports: ``"local"`` (actor processes and a replay process) and
-``"ray"`` (Ray actors, on one local Ray instance shared by the module's Ray cases).
+"""The contract of Ape-X's transports (``workbench.apex.transports.ApexTransport``), each test run
+on both transports: ``"local"`` (actor processes and a replay process) and ``"ray"`` (Ray actors,
+on one local Ray instance shared by the module's Ray cases). A behaviour that needs the same
+preamble as another (a fresh transport; two actors sending) is checked in that test, after it, as
+its name says.
 
 The learner's side is driven by hand, as ``apex.Apex`` drives it: start actors, poll ``stats()``
 (which also keeps Ray's actors collecting), request and take batches, send priorities back.
+
+Last, an Ape-X run on the Ray transport end to end (``apex.Apex``, on the same Ray instance). On
+two nodes: notebook 10's checked cell.
 """
 
 from __future__ import annotations
@@ -18,8 +23,16 @@ import numpy as np
 import pytest
 from processes import running, wait_gone
 
-from workbench.apex import ApexTransport, make_agent, make_transport
+from workbench.apex import (
+    Apex,
+    ApexConfig,
+    ApexTransport,
+    actor_epsilons,
+    make_agent,
+    make_transport,
+)
 from workbench.lab.apex_studies import apex_cartpole_config
+from workbench.learners import DQNConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -102,13 +115,9 @@ def replay_pid(transport: ApexTransport) -> int:
     return ray.get(transport.replay.__ray_call__.remote(lambda _: os.getpid()), timeout=TIMEOUT)
 
 
-def test_is_an_apex_transport(transport):
-    assert isinstance(transport, ApexTransport)
-    assert transport.pending_batches == 0 and transport.actor_pids() == {}
-    assert transport.dead_actors() == []
-
-
-def test_started_actors_send_blocks_to_the_replay(transport, config):
+def test_started_actors_send_blocks_to_the_replay_and_act_with_published_parameters(
+    transport, config
+):
     transport.start_actor(0)
     transport.start_actor(1)
     assert set(transport.actor_pids()) == {0, 1}
@@ -122,8 +131,23 @@ def test_started_actors_send_blocks_to_the_replay(transport, config):
     later = wait_for(lambda: sent(transport, (0, 1), more_than=counts), "both actors sending more")
     assert later["added"] > first["added"]
 
+    # Parameters published to the running actors reach every one of them.
+    versions = {i: later["per_actor"][i]["parameter_version"] for i in (0, 1)}
+    transport.publish(make_agent(config).actor_state())
 
-def test_a_requested_batch_comes_once_the_replay_is_warm(transport):
+    def refreshed():
+        per_actor = transport.stats()["per_actor"]
+        return all(per_actor[i]["parameter_version"] > versions[i] for i in (0, 1))
+
+    # Each actor loads them at its next refresh (every parameter_sync_frames = 100 steps).
+    wait_for(refreshed, "both actors acting with the published parameters")
+
+
+def test_is_an_apex_transport_and_a_requested_batch_comes_once_the_replay_is_warm(transport):
+    # A fresh transport: an ApexTransport with no actor, no pending batch, no dead actor.
+    assert isinstance(transport, ApexTransport)
+    assert transport.pending_batches == 0 and transport.actor_pids() == {}
+    assert transport.dead_actors() == []
     transport.request_sample(BATCH)
     assert transport.take_batch(timeout=0.5) is None  # no actor yet: nothing to sample
     transport.start_actor(0)
@@ -155,21 +179,6 @@ def test_priorities_sent_back_change_what_is_sampled(transport):
         assert weights[again == favourite].max() < others.min()
 
 
-def test_published_parameters_reach_every_actor(transport, config):
-    transport.start_actor(0)
-    transport.start_actor(1)
-    first = wait_for(lambda: sent(transport, (0, 1)), "both actors sending")
-    versions = {i: first["per_actor"][i]["parameter_version"] for i in (0, 1)}
-    transport.publish(make_agent(config).actor_state())
-
-    def refreshed():
-        per_actor = transport.stats()["per_actor"]
-        return all(per_actor[i]["parameter_version"] > versions[i] for i in (0, 1))
-
-    # Each actor loads them at its next refresh (every parameter_sync_frames = 100 steps).
-    wait_for(refreshed, "both actors acting with the published parameters")
-
-
 def test_stop_actor_retires_one_and_keeps_what_it_sent(transport):
     transport.start_actor(0)
     transport.start_actor(1)
@@ -184,7 +193,9 @@ def test_stop_actor_retires_one_and_keeps_what_it_sent(transport):
     assert later["per_actor"][1]["transitions"] >= first["per_actor"][1]["transitions"]
 
 
-def test_a_killed_actor_is_reported_dead_and_a_restart_sends_again(transport, config):
+def test_a_killed_actor_is_reported_dead_a_restart_sends_again_and_close_leaves_no_process(
+    transport, config
+):
     transport.start_actor(0)
     transport.start_actor(1)
     wait_for(lambda: sent(transport, (0, 1)), "both actors sending")
@@ -205,13 +216,51 @@ def test_a_killed_actor_is_reported_dead_and_a_restart_sends_again(transport, co
     wait_for(fresh, "the restarted actor sending")
     assert transport.dead_actors() == []
 
-
-def test_close_leaves_no_process(transport):
-    transport.start_actor(0)
-    transport.start_actor(1)
-    wait_for(lambda: sent(transport, (0, 1)), "both actors sending")
+    # close() then ends every process of the transport, the restarted actor's included.
     pids = [*transport.actor_pids().values(), replay_pid(transport)]
     assert len(set(pids)) == 3 and running(pids) == pids
     transport.close()
     assert transport.actor_pids() == {}
     assert wait_gone(pids, 10.0) == [], "a process outlived close()"
+
+
+# --- Ape-X end to end on the Ray transport (apex.Apex) ------------------------------------------
+
+
+def small_config(num_actors: int) -> ApexConfig:
+    return ApexConfig(
+        env_id="CartPole-v1",
+        agent=DQNConfig(
+            batch_size=32, replay_capacity=10_000, target_update_interval=100, learning_rate=1e-3
+        ),
+        model_options=dict(dueling=True, hidden=(32, 32)),
+        num_actors=num_actors,
+        learning_starts=200,
+        seed=0,
+    )
+
+
+@pytest.mark.slow
+def test_ray_transport_learns_from_every_actor_and_restarts_a_killed_one(ray_instance, tmp_path):
+    ray = ray_instance  # the module's Ray instance (skipped where Ray is not installed)
+    apex = Apex(small_config(2), transport="ray", runs_dir=tmp_path, log_interval=1.0)
+    killed = {}
+
+    @apex.on_row
+    def kill_once(row: dict) -> None:
+        if "event" in row:
+            return
+        if not killed and row["charts/updates"] > 0:
+            killed["handle"] = apex.transport.actor_handles()[1]
+            ray.kill(killed["handle"])
+        if killed and apex.restarts and row["charts/updates"] >= 300 and 1 in row["apex/per_actor"]:
+            apex.stop()
+
+    apex.run(seconds=240)
+    last = [row for row in apex.metrics if "event" not in row][-1]
+    assert apex.status == "stopped", "the run hit its time limit before the killed actor came back"
+    assert [e["actor"] for e in apex.events if e["event"] == "actor_restart"] == [1]
+    assert last["charts/updates"] >= 300
+    per_actor = last["apex/per_actor"]
+    assert set(per_actor) == {0, 1} and all(a["transitions"] > 0 for a in per_actor.values())
+    assert [per_actor[i]["exploration"] for i in (0, 1)] == pytest.approx(actor_epsilons(2))

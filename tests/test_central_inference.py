@@ -124,6 +124,8 @@ def test_arguments_are_checked():
 
 
 # --- SEED's transports side by side (lab.seed_transports) -------------------------------------
+# (What a request costs on the Ray transport beyond serving: tests/test_seed_ray.py, on that
+# module's Ray instance.)
 
 
 def test_the_local_transport_is_measured_with_several_envs_per_actor():
@@ -158,24 +160,6 @@ def test_ray_env_actors_refuse_an_actor_batch():
         measure_transport(
             "ray", "ALE/Pong-v5", 1, 4, 1.0, settings=study.SeedSettings(actor_batch=2)
         )
-
-
-def test_the_ray_transport_states_what_a_request_costs_beyond_serving(local_ray):
-    from processes import ray_actor_pids
-
-    from workbench.lab.seed_transports import measure_transport
-
-    result = measure_transport("ray", ENV, 2, 2, seconds=1.0, warmup=0.3)
-    assert result.transport == "ray" and result.steps > 0
-    assert result.round_trip_p50_ms > result.latency_p50_ms > 0
-    assert result.request_overhead_ms == pytest.approx(
-        result.round_trip_p50_ms - result.latency_p50_ms
-    )
-    assert result.cpu_ms_per_step > 0  # every process of the private instance counted
-    deadline = time.monotonic() + 15
-    while ray_actor_pids("RayEnvActor", "RayInferenceServer"):
-        assert time.monotonic() < deadline, "the measurement left Ray actors"
-        time.sleep(0.2)
 
 
 def test_a_transport_measurement_checks_its_arguments():

@@ -1,7 +1,8 @@
 """SEED's multi-machine transport on a local Ray instance (``workbench[distributed]``): the server
 as a Ray async actor batching concurrent requests, env-only Ray actors on CartPole, and the bad
 inputs (a malformed observation, an actor killed mid-run, the server stopped while actors wait)
-that must end in a clear error or a clean exit, never a hang."""
+that must end in a clear error or a clean exit, never a hang. First, the transport's measurement
+(``lab.seed_transports.measure_transport``) states what a request costs beyond serving."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from processes import ray_actor_pids
 
 ray = pytest.importorskip(
     "ray", reason='the Ray transport needs pip install "workbench[distributed]"'
@@ -30,6 +32,24 @@ def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
         )
         actors.check()
         time.sleep(0.05)
+
+
+def test_the_ray_transport_states_what_a_request_costs_beyond_serving(local_ray):
+    # First in the module: the measurement has the instance to itself (no ``serving`` actors yet).
+    from workbench.lab.seed_transports import measure_transport
+
+    already = set(ray_actor_pids("RayEnvActor", "RayInferenceServer"))
+    result = measure_transport("ray", "CartPole-v1", 2, 2, seconds=1.0, warmup=0.3)
+    assert result.transport == "ray" and result.steps > 0
+    assert result.round_trip_p50_ms > result.latency_p50_ms > 0
+    assert result.request_overhead_ms == pytest.approx(
+        result.round_trip_p50_ms - result.latency_p50_ms
+    )
+    assert result.cpu_ms_per_step > 0  # every process of the private instance counted
+    deadline = time.monotonic() + 15
+    while set(ray_actor_pids("RayEnvActor", "RayInferenceServer")) - already:
+        assert time.monotonic() < deadline, "the measurement left Ray actors"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,11 @@
 ``serial`` (``SerialActors``: every env stepped in this thread), ``local`` (``LocalActors``: actor
 processes, shared memory, pipes) and ``ray`` (``RayActors`` served by a ``RayInferenceServer``).
 
-Each test is one behaviour of the interface, on CartPole with a fresh server and 2 actors (serial:
-2 envs); a run drives a transport as ``drive`` does: ``check()``, ``advance()``, wait
-``wait_seconds``, again. The Ray cases share one local Ray instance (2 CPUs) and are skipped where
-Ray is not installed (``pip install "workbench[distributed]"``).
+Each test is one behaviour of the interface (the last also reads the events of the start and stop
+it drives), on CartPole with a fresh server and 2 actors (serial: 2 envs); a run drives a
+transport as ``drive`` does: ``check()``, ``advance()``, wait ``wait_seconds``, again. The Ray
+cases share one local Ray instance (2 CPUs) and are skipped where Ray is not installed
+(``pip install "workbench[distributed]"``).
 """
 
 from __future__ import annotations
@@ -258,22 +259,10 @@ def test_check_restarts_a_killed_actor_with_an_event(kind, make):
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_stop_leaves_no_actor_process(kind, make):
+def test_events_record_starts_and_stops_and_stop_leaves_no_actor_process(kind, make):
+    # One start and stop: the events record a start, then a stop, of each actor, in time order;
+    # and no actor process outlives stop().
     before = live_children()
-    served = make(kind)
-    transport = served.transport.start()
-    drive(served, lambda: transport.steps >= 50, 90, "50 steps")
-    pids = transport.pids
-    assert len(pids) == (0 if kind == "serial" else NUM_ACTORS)  # serial: no actor process
-    transport.stop()
-    assert wait_gone(pids, 10.0) == [], "an actor outlived stop()"
-    assert transport.pids == []
-    if kind != "ray":  # Ray's actors are the raylet's children, not this process's
-        assert wait_gone(list(live_children() - before), 10.0) == []
-
-
-@pytest.mark.parametrize("kind", TRANSPORTS)
-def test_events_record_starts_and_stops(kind, make):
     served = make(kind)
     transport = served.transport
     assert transport.events == []
@@ -282,8 +271,14 @@ def test_events_record_starts_and_stops(kind, make):
     started = [(e.kind, e.actor) for e in transport.events]
     assert started == [("started", i) for i in range(NUM_ACTORS)]
     assert all(e.time <= time.time() for e in transport.events)
+    pids = transport.pids
+    assert len(pids) == (0 if kind == "serial" else NUM_ACTORS)  # serial: no actor process
     transport.stop()
     stopped = sorted((e.kind, e.actor) for e in transport.events[len(started) :])
     assert stopped == [("stopped", i) for i in range(NUM_ACTORS)]
     times = [e.time for e in transport.events]
     assert times == sorted(times)
+    assert wait_gone(pids, 10.0) == [], "an actor outlived stop()"
+    assert transport.pids == []
+    if kind != "ray":  # Ray's actors are the raylet's children, not this process's
+        assert wait_gone(list(live_children() - before), 10.0) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,25 +29,52 @@ CELLS = [
 ]
 
 
-@pytest.fixture
-def notebook_path(tmp_path):
-    path = tmp_path / "tiny.ipynb"
+def write_tiny(folder) -> str:
+    """The notebook of ``CELLS`` as ``folder/tiny.ipynb``, never run; its path."""
+    path = folder / "tiny.ipynb"
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
     nbformat.write(notebook, str(path))
     return str(path)
 
 
-def test_a_live_figure_is_snapshotted_in_its_final_state_under_its_panel(notebook_path):
+@pytest.fixture
+def notebook_path(tmp_path):
+    return write_tiny(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def refreshed(tmp_path_factory):
+    """The tiny notebook refreshed once at ``ci`` for the module, and what ``refresh`` counted.
+    Read it in place; copy it (``refreshed_copy``) before changing it."""
+    path = write_tiny(tmp_path_factory.mktemp("refreshed"))
+    counts = stored_outputs.refresh(path, "ci", timeout=120)
+    return path, counts
+
+
+def refreshed_copy(refreshed, tmp_path) -> str:
+    """A copy of the module's refreshed notebook in this test's own folder (same name)."""
+    path, _ = refreshed
+    return str(shutil.copy(path, tmp_path / "tiny.ipynb"))
+
+
+def test_the_kernel_runs_at_the_asked_budget_and_a_live_figure_is_snapshotted_in_its_final_state(
+    notebook_path,
+):
+    # One execution at "full": the kernel sees the budget asked for while this process keeps its
+    # own environment, and the live panel's figure is snapshotted as the run left it.
+    before = dict(os.environ)
     notebook = nbformat.read(notebook_path, as_version=4)
-    cells, snapshot = stored_outputs.execute(notebook, "ci", notebook_path, timeout=120)
+    cells, snapshot = stored_outputs.execute(notebook, "full", notebook_path, timeout=120)
     panel_figures = stored_outputs.figures_in(cells[3].outputs, snapshot)
     assert len(panel_figures) == 1
     assert list(panel_figures[0]["data"][0]["y"]) == [5, 6]
+    assert cells[1].outputs[0]["text"] == "budget full\n"
+    assert dict(os.environ) == before
 
 
-def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_path):
-    counts = stored_outputs.refresh(notebook_path, "ci", timeout=120)
+def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(refreshed):
+    notebook_path, counts = refreshed
     assert counts == {"checked": 1, "figures": 2, "text": 1, "slow_cells": {}}
     cells = nbformat.read(notebook_path, as_version=4).cells
     checked, printed, bars, panel, update, noise = cells
@@ -61,8 +89,8 @@ def test_refresh_keeps_checked_outputs_text_and_each_figure_as_a_png(notebook_pa
     assert "widgets" not in stored and stored["workbench"]["outputs"]["budget"] == "ci"
 
 
-def test_nbval_passes_a_refreshed_notebook_and_still_checks_its_checked_cells(notebook_path):
-    stored_outputs.refresh(notebook_path, "ci", timeout=120)
+def test_nbval_passes_a_refreshed_notebook_and_still_checks_its_checked_cells(refreshed, tmp_path):
+    notebook_path = refreshed_copy(refreshed, tmp_path)
     nbval = [sys.executable, "-m", "pytest", notebook_path, "--nbval-lax", "--nbval-current-env"]
     nbval += ["-p", "no:cacheprovider", "-q"]
     env = {**os.environ, "WORKBENCH_BUDGET": "ci"}
@@ -75,14 +103,6 @@ def test_nbval_passes_a_refreshed_notebook_and_still_checks_its_checked_cells(no
     assert failed.returncode == 1 and "tiny.ipynb::Cell 0" in failed.stdout, failed.stdout[-3000:]
 
 
-def test_the_kernel_runs_at_the_asked_budget_and_this_process_keeps_its_own(notebook_path):
-    before = dict(os.environ)
-    notebook = nbformat.read(notebook_path, as_version=4)
-    cells, _ = stored_outputs.execute(notebook, "full", notebook_path, timeout=120)
-    assert cells[1].outputs[0]["text"] == "budget full\n"
-    assert dict(os.environ) == before
-
-
 def test_a_long_print_is_cut_and_says_so():
     output = nbformat.v4.new_output("stream", name="stdout", text="x\n" * 100)
     (kept,) = stored_outputs.kept_text([output])
@@ -92,9 +112,9 @@ def test_a_long_print_is_cut_and_says_so():
 
 
 def test_keep_checked_keeps_stored_checked_outputs_and_runs_once_at_the_figures_budget(
-    notebook_path,
+    refreshed, tmp_path
 ):
-    stored_outputs.refresh(notebook_path, "ci", timeout=120)
+    notebook_path = refreshed_copy(refreshed, tmp_path)
     notebook = nbformat.read(notebook_path, as_version=4)
     notebook.cells[0].outputs[0]["text"] = "stored\n"  # what nbval passed; an execution prints 42
     nbformat.write(notebook, notebook_path)

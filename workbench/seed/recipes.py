@@ -191,13 +191,16 @@ def _vtrace_pong_fast() -> SeedConfig:
     # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005,
     # seed 0 reached 18 in 21.8k updates (47 min on the AVX2-only EPYC, half the usual learner
     # rate) and its policy played +17.6 sampled, +17.9 greedy
-    # (data/learning_seed_vtrace_pong_fast.json). There the learner made 6.7 updates/s (eager, one
-    # torch thread); its forward pass compiled (measured at start, kept where it pays), 8.9.
-    # A second learner thread was not steadily faster (1.05x, and 0.91x in a first pass; the
-    # actors starve): benchmarks/seed_levers.py, data/seed_levers.json.
-    # Compiled, seeds 1 and 2 reached 18 at 36.8 and 55.5 min there (seed 1 had missed it eager)
-    # and seed 0 missed it (-4.4 after 31k updates; eager it had reached 18 at 47.0 min): two
-    # seeds of three at one code state, so this is not yet the recipe the hour needs.
+    # (data/learning_seed_vtrace_pong_fast_eager.json). There the learner made 6.7 updates/s
+    # (eager, one torch thread); its forward pass compiled (measured at start, kept where it
+    # pays), 8.9. A second learner thread was not steadily faster (1.05x, and 0.91x in a first
+    # pass; the actors starve): benchmarks/seed_levers.py, data/seed_levers.json.
+    # Compiled at 0.005, seeds 1 and 2 reached 18 at 36.8 and 55.5 min there and seed 0 missed it
+    # (-4.4 after 31k updates, its policy entropy falling from 1.03 to 0.59 while the return
+    # stalled, where the seeds that climbed had theirs rise again):
+    # data/learning_seed_vtrace_pong_fast_entropy_0.005.json. At 0.0075 the entropy stayed near
+    # 1.4 and seeds 0 and 1 reached 18 at 40.8 and 52.8 min
+    # (data/learning_seed_vtrace_pong_fast.json).
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",
@@ -213,7 +216,7 @@ def _vtrace_pong_fast() -> SeedConfig:
             adam_eps=1e-5,
             batch_size=12,
             unroll_length=20,
-            entropy_cost=0.005,
+            entropy_cost=0.0075,
             anneal_updates=120_000,
         ),
         replay_ratio=4.0,

@@ -40,7 +40,7 @@ for recipe in seed-vtrace-pong-fast apex-dqn-pong-fast seed-r2d2-pong-fast; do
 done
 [[ $steps == *" updates "* ]] && step 120 python3 benchmarks/learner_updates.py --device cuda --repeats 3 --updates 5 --out "$out/learner_updates_cuda.json"
 [[ $steps == *" costs "* ]] && step 60 python3 benchmarks/component_costs.py --device cuda --seconds 0.4 --out "$out/component_costs_cuda.json"
-[[ $steps == *" seed "* ]] && step 110 python3 benchmarks/central_inference.py --device cuda --actors 1 4 16 --seconds 4 --transports local --layouts 4x16 8x8 16x4 --out "$out/central_inference_cuda.json"
+[[ $steps == *" seed "* ]] && step 240 python3 benchmarks/central_inference.py --device cuda --actors 1 4 16 --seconds 4 --transports local --layouts 4x16 8x8 16x4 --out "$out/central_inference_cuda.json"
 [[ $steps == *" training "* ]] && step 100 python3 benchmarks/training_throughput.py --device cuda --seconds 8 --threads 1,4 --out "$out/training_throughput_cuda.json"
 [[ $steps == *" cpu "* ]] && step 45 python3 benchmarks/component_costs.py --device cpu --threads 1 16 --seconds 0.2 --out "$out/component_costs_cpu_16cores.json"
 } 2>&1 | tee -a "$out/log.txt"

@@ -86,16 +86,17 @@ def test_set_changes_nested_settings_of_a_recipe_in_their_own_types():
     from workbench.apex import APEX_RECIPES
 
     recipe = APEX_RECIPES["apex-dqn-pong-fast"]
+    registered = recipe.config.agent.learning_rate
     settings = [
         learning.parse_setting("config.agent.learning_rate=3e-4"),
-        learning.parse_setting("config.min_replay_ratio=4"),
+        learning.parse_setting("config.min_replay_ratio=2"),
         learning.parse_setting("config.agent.batch_size=32.0"),
     ]
     probe = learning.with_settings(recipe, settings)
-    assert probe.config.agent.learning_rate == 3e-4
-    assert probe.config.min_replay_ratio == 4.0 and isinstance(probe.config.min_replay_ratio, float)
+    assert probe.config.agent.learning_rate == 3e-4 != registered
+    assert probe.config.min_replay_ratio == 2.0 and isinstance(probe.config.min_replay_ratio, float)
     assert probe.config.agent.batch_size == 32 and isinstance(probe.config.agent.batch_size, int)
-    assert recipe.config.agent.learning_rate == 1.5e-4  # the registered recipe is left as it was
+    assert recipe.config.agent.learning_rate == registered  # the registered recipe is unchanged
 
 
 def test_set_refuses_an_unknown_setting_and_names_the_ones_there_are(tmp_path, capsys):

@@ -138,6 +138,20 @@ def test_a_recipe_measured_once_keeps_its_levers_and_measures_no_more(monkeypatc
     assert (learner.config.autocast, learner.config.channels_last) == (None, True)
 
 
+def test_levers_measured_to_be_shown_fix_the_run_made_from_them(monkeypatch, restore_threads):
+    simulate(monkeypatch, AVX512_BF16)
+    torch.set_num_threads(2)
+    model = FAST.make_model((4, 42, 42), 6)
+    levers = FAST.choose_levers(model, (4, 42, 42))
+    fixed = FAST.with_levers(levers)
+    assert torch.get_num_threads() == levers.torch_threads == 1
+    simulate(monkeypatch, AVX2_ONLY)  # a second measurement would choose float32 on two threads
+    learner = fixed.make_learner(0)
+    config = learner.config
+    assert (config.autocast, config.channels_last, config.compile) == ("bfloat16", True, True)
+    assert torch.get_num_threads() == 1
+
+
 def test_a_recipe_that_measures_nothing_is_its_own_measured_self():
     recipe = dataclasses.replace(FAST, measure_precision=False)
     assert recipe.with_measured_levers() is recipe

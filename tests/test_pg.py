@@ -290,11 +290,11 @@ def test_state_dict_round_trip_restores_identical_updates(kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ppo-cartpole", "a2c-cartpole"])
-def test_recipe_reaches_its_target_within_its_budget(one_thread, name):
-    """PPO: mean return >= 475 within 100k steps; A2C: >= 400 within 200k
-    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three."""
-    recipe = RECIPES[name]
+def test_a2c_recipe_reaches_its_target_within_its_budget(one_thread):
+    """A2C: mean return >= 400 within 200k (workbench.runs.recipes). One seed here;
+    benchmarks/learning.py checks three. PPO's (475 within 100k) is notebook 03's batch study,
+    whose first shape is the recipe's own run at seed 0."""
+    recipe = RECIPES["a2c-cartpole"]
     result = recipe.run(seed=0)
     assert result["steps_to_target"] is not None, result["curve"][-5:]
     assert result["steps_to_target"] <= recipe.total_steps

@@ -43,8 +43,9 @@ def test_apex_keeps_the_papers_per_actor_epsilons():
     assert APEX.config.initial_priorities
 
 
-def test_apex_trains_each_env_step_eight_times_whatever_the_machine():
-    assert APEX.config.min_replay_ratio == APEX.config.max_replay_ratio == 8.0
+def test_apex_trains_each_env_step_four_times_whatever_the_machine():
+    # DQN's 8 left the actors waiting on a core the learner did not use (data/probe_apex_*.json)
+    assert APEX.config.min_replay_ratio == APEX.config.max_replay_ratio == 4.0
 
 
 def test_apex_writes_every_stream_of_its_frame_replay():
@@ -59,7 +60,7 @@ def test_single_process_dqn_learns_as_apex_does_but_with_one_annealed_epsilon():
     ).split()
     for name in shared:
         assert getattr(DQN_PONG.config, name) == getattr(APEX.config.agent, name), name
-    assert DQN_PONG.config.replay_ratio == APEX.config.max_replay_ratio == 8.0
+    assert DQN_PONG.config.replay_ratio == APEX.config.max_replay_ratio == 4.0
     assert DQN_PONG.config.learning_starts == APEX.config.learning_starts
     assert dict(DQN_PONG.model_options) == APEX.config.model_options
     assert dict(DQN_PONG.env_options) == APEX.config.env_options

@@ -216,9 +216,12 @@ def _pong_apex_fast() -> ApexConfig:
     # initial priorities, central prioritized replay and per-actor epsilons (4 actors x 4 envs:
     # 0.4, 0.051, 0.0066, 0.00066), and a learner that gets the updates DQN needs. Two cores
     # hold one learner, so updates per second are the budget: small batches (64), many of
-    # them, each env step trained 8 times (DQN's ratio) with min = max so the actors wait
-    # for the learner, the target copied every 1,000 updates. apex-dqn-pong's hour made
-    # 5,099 updates of 256 and two target copies and never left -21.
+    # them, the target copied every 1,000 updates. apex-dqn-pong's hour made 5,099 updates of
+    # 256 and two target copies and never left -21. At DQN's 8 samples per env step and Adam at
+    # 1.5e-4 the learner took 85% of a core and the actors waited on the other: -19.2 after
+    # 38 min; at 4 (min = max, so the actors still wait for the learner) they step twice as
+    # many envs on the CPU it leaves, and at 5e-4 it learns faster per update: -9.1 after
+    # 45 min (data/probe_apex_lr5e-4_ratio4.json), where 3e-4 at 8 was near -15.
     return ApexConfig(
         env_id="ALE/Pong-v5",
         env_options={"repeat_action_probability": 0.0, "screen_size": 42},
@@ -226,7 +229,7 @@ def _pong_apex_fast() -> ApexConfig:
             n_step=3,
             double=True,
             batch_size=64,
-            learning_rate=1.5e-4,
+            learning_rate=5e-4,
             adam_eps=1.5e-4,
             target_update_interval=1_000,
             max_grad_norm=10.0,
@@ -240,8 +243,8 @@ def _pong_apex_fast() -> ApexConfig:
         block_steps=50,
         replay_capacity=400_000,
         learning_starts=20_000,
-        min_replay_ratio=8.0,
-        max_replay_ratio=8.0,
+        min_replay_ratio=4.0,
+        max_replay_ratio=4.0,
         learner_threads=1,
     )
 
@@ -288,7 +291,7 @@ APEX_RECIPES: dict[str, ApexRecipe] = {
             measure_precision=True,
             measure_compile=True,
             note="Ape-X DQN on Pong sized for 2 cores (ppo-pong-fast's protocol: 42x42, no sticky "
-            "actions): 4 actors x 4 envs, a 400k frame-once replay, batch-64 learner at 8 "
+            "actions): 4 actors x 4 envs, a 400k frame-once replay, batch-64 learner at 4 "
             "samples per env step with its precision and compiling measured at start.",
         ),
     )

@@ -115,31 +115,30 @@ class Recipe:
         """The recipe's config with the precision, layout and compiling measured here for ``model``
         (``choose_levers``; with ``measure_threads`` this process's torch threads are set too)."""
         levers = self.choose_levers(model, obs_shape)
+        print(f"{self.name}: {levers.describe()}", flush=True)
+        return self.with_levers(levers).config
+
+    def with_levers(self, levers: Levers) -> "Recipe":
+        """This recipe with ``levers`` (``choose_levers`` on this machine) fixed and its measuring
+        off; with ``measure_threads`` this process's torch threads are set to the levers' too."""
         if self.measure_threads:
             torch.set_num_threads(levers.torch_threads)
-        print(f"{self.name}: {levers.describe()}", flush=True)
-        return replace(
-            self.config,
-            autocast=levers.autocast,
-            channels_last=levers.channels_last,
-            compile=levers.compile,
-        )
+        chosen = dict(autocast=levers.autocast, channels_last=levers.channels_last)
+        config = replace(self.config, compile=levers.compile, **chosen)
+        off = dict(measure_precision=False, measure_compile=False, measure_threads=False)
+        return replace(self, config=config, **off)
 
     def with_measured_levers(self) -> "Recipe":
-        """This recipe with its levers measured once, now, and fixed (``measure_precision`` off):
-        for a notebook or study that makes several runs of it on one machine, each of which
-        would otherwise measure the same again (4-15 s each, the most on an AVX2-only CPU)."""
+        """This recipe with its levers measured once, now, and fixed: for a notebook or study that
+        makes several runs of it on one machine, each of which would otherwise measure the same
+        again (4-15 s each, the most on an AVX2-only CPU)."""
         if not self.measure_precision:
             return self
         observation_space, action_space = env_spaces(self.env_id, **dict(self.env_options))
         model = self.make_model(observation_space.shape, action_space.n)
-        return replace(
-            self,
-            config=self.measured_config(model, observation_space.shape),
-            measure_precision=False,
-            measure_compile=False,
-            measure_threads=False,
-        )
+        levers = self.choose_levers(model, observation_space.shape)
+        print(f"{self.name}: {levers.describe()}", flush=True)
+        return self.with_levers(levers)
 
     def choose_levers(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Levers:
         """Measure this machine for the recipe's model (``runs.levers.choose_levers``)."""
@@ -397,7 +396,7 @@ RECIPES["ppo-pong-fast-sticky"] = replace(
 )
 
 # The DQN family of notebook 05 at Atari scale in one process, beside Ape-X: apex-dqn-pong-fast's
-# learner (double, dueling, 3-step, prioritized, batch 64, 8 samples per env step, target every
+# learner (double, dueling, 3-step, prioritized, batch 64, 4 samples per env step, target every
 # 1,000 updates) and 16 envs, one epsilon annealed 1 -> 0.01 over 300k env steps (not a ladder).
 RECIPES["dqn-pong-fast"] = Recipe(
     name="dqn-pong-fast",
@@ -407,9 +406,9 @@ RECIPES["dqn-pong-fast"] = Recipe(
         n_step=3,
         double=True,
         batch_size=64,
-        learning_rate=1.5e-4,
+        learning_rate=5e-4,
         adam_eps=1.5e-4,
-        replay_ratio=8.0,
+        replay_ratio=4.0,
         replay_capacity=400_000,
         learning_starts=20_000,
         target_update_interval=1_000,
@@ -422,7 +421,7 @@ RECIPES["dqn-pong-fast"] = Recipe(
     env_options=(("repeat_action_probability", 0.0), ("screen_size", 42)),
     model_options=(("trunk", "cnn-universe"), ("dueling", True)),
     num_envs=16,
-    horizon=4,  # 64 env steps a collect, 8 updates of 64 on them
+    horizon=4,  # 64 env steps a collect, 4 updates of 64 on them
     total_steps=3_000_000,
     target_return=18.0,
     note="single-process DQN (double, dueling, 3-step, prioritized) on Pong sized for 2 cores: "

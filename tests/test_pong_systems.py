@@ -20,6 +20,7 @@ RECORDED = {
     "PPO": ("learning_ppo_pong_fast.json", "ppo-pong-fast"),
     "SEED V-trace (first recipe)": ("learning_seed_vtrace_pong.json", "seed-vtrace-pong"),
     "Ape-X DQN (first recipe)": ("learning_apex_dqn_pong.json", "apex-dqn-pong"),
+    "SEED V-trace": ("learning_seed_vtrace_pong_fast.json", "seed-vtrace-pong-fast"),
 }
 
 
@@ -42,6 +43,23 @@ def test_apex_first_hour_trained_each_transition_1_3_times(rows):
     row = rows[("Ape-X DQN (first recipe)", 0)]
     assert row["samples_per_env_step"] == pytest.approx(1.31, abs=0.01)
     assert row["gradient_steps_per_second"] == pytest.approx(1.42, abs=0.01)
+
+
+def test_seed_vtraces_later_recipe_learns_each_unroll_four_times(rows):
+    # seed-vtrace-pong-fast: replay_ratio 4, 12 unrolls of 20 per update
+    # (data/learning_seed_vtrace_pong_fast.json)
+    for seed in (0, 1, 2):
+        assert rows[("SEED V-trace", seed)]["samples_per_env_step"] == pytest.approx(4.0, abs=0.05)
+
+
+def test_seed_vtraces_later_recipe_reached_18_within_the_hour_at_every_seed(rows):
+    minutes = {seed: rows[("SEED V-trace", seed)]["minutes_to_target"] for seed in (0, 1, 2)}
+    assert minutes == pytest.approx({0: 40.8, 1: 52.8, 2: 35.8}, abs=0.05)
+
+
+def test_each_row_names_the_cpu_its_run_recorded(rows):
+    assert rows[("SEED V-trace", 0)]["cpu_flags"] == "avx2"  # the AVX2-only EPYC
+    assert rows[("PPO", 0)]["cpu_flags"] == "not recorded"  # recorded before runs kept the flags
 
 
 def test_a_run_that_never_reached_the_target_has_no_time_to_it(rows):
@@ -77,6 +95,6 @@ def test_an_unknown_learner_names_where_to_add_its_rule():
 
 def test_the_figure_draws_every_seed_against_time_and_steps():
     figure = systems_figure(RECORDED, DATA)
-    runs = 3 + 1 + 1
+    runs = 3 + 1 + 1 + 3
     assert len(figure.data) == 2 * runs
     assert {trace.legendgroup for trace in figure.data} == set(RECORDED)

@@ -3,7 +3,9 @@ and R2D2, each from its ``benchmarks/learning.py`` record in ``data/``, on one m
 
 ``system_rows`` turns each recorded run into the table's row: minutes to a return of 0 and of 18,
 env steps to 18, gradient steps per second and samples trained per env step (how often the
-learner sees each step it collected, the lever that separates the systems on two cores).
+learner sees each step it collected, the lever that separates the systems on two cores), and the
+CPU's instruction sets the run recorded (the same recipe runs about 3x slower on an AVX2-only EPYC
+than on an AVX-512 bf16 one; records older than the flags say "not recorded").
 ``systems_figure`` draws return against wall minutes and against env steps side by side, a colour
 per system and a dash per seed.
 """
@@ -64,7 +66,9 @@ def system_rows(
     systems: Mapping[str, tuple[str, str]], data_dir: "str | Path", *, target: float = 18.0
 ) -> list[dict[str, Any]]:
     """A row per recorded run of each system: ``systems`` maps a label to (record file in
-    ``data_dir``, recipe name). Times and steps are None where the run never got there."""
+    ``data_dir``, recipe name). Times and steps are None where the run never got there; at the
+    recipe's own target and at 0 they are the run's exact crossings (``steps_to_target``,
+    ``seconds_to_target``, ``seconds_to_zero``: its log rows), else its curve's."""
     rows = []
     for label, (file, recipe) in systems.items():
         entry = load_json(Path(data_dir) / file)["recipes"][recipe]
@@ -74,6 +78,10 @@ def system_rows(
             last = curve[-1]
             steps = gradient_steps(entry, last)
             zero, reached = first_crossing(run, 0.0), first_crossing(run, target)
+            if run.get("seconds_to_zero") is not None:
+                zero = (None, run["seconds_to_zero"])
+            if run.get("seconds_to_target") is not None and target == entry["target_return"]:
+                reached = (run["steps_to_target"], run["seconds_to_target"])
             rows.append(
                 {
                     "system": label,
@@ -87,6 +95,9 @@ def system_rows(
                     "gradient_steps_per_second": steps / max(last["seconds"], 1e-9),
                     "samples_per_env_step": steps * per_step / max(last["env_steps"], 1),
                     "env_steps_per_second": last["env_steps"] / max(last["seconds"], 1e-9),
+                    "cpu_flags": ", ".join(
+                        run.get("machine", {}).get("cpu_flags") or ["not recorded"]
+                    ),
                 }
             )
     return rows

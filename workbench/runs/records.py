@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.runs.control import default_runs_dir
+
 __all__ = [
     "config_from_dict",
     "config_to_dict",
@@ -192,11 +194,14 @@ def resume_point(
 ) -> tuple[dict[str, Any], Any, str]:
     """What a run needs to continue a checkpoint (a file, or a run's folder): the loaded
     checkpoint, the config (``config``, or the saved one), and the runs folder to write in
-    (``runs_dir``, or the one the checkpoint's run lives in, so its metrics file grows)."""
+    (``runs_dir``; else the one the checkpoint's run lives in, so its metrics file grows; a
+    checkpoint kept apart from its run, such as ``data/seed_vtrace_pong_fast_climb.pt``, starts
+    its folder in the default runs folder, not beside the file)."""
     saved = load_checkpoint_file(path)
     if config is None:
         config = config_from_dict(saved["state"]["config"])
     if runs_dir is None:
         folder = Path(path) if Path(path).is_dir() else Path(path).parent
-        runs_dir = str(folder.parent)
+        in_its_run = (folder / "metrics.jsonl").is_file()
+        runs_dir = str(folder.parent) if in_its_run else default_runs_dir()
     return saved, config, runs_dir

@@ -1,0 +1,36 @@
+"""Where a continued run writes (``runs.records.resume_point``): beside its own run, or, for a
+checkpoint kept apart from its run (``data/seed_vtrace_pong_fast_climb.pt``), in the runs folder."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.runs.records import resume_point
+
+
+def saved_checkpoint(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state": {"config": {}}, "name": "climb"}, path)
+    return path
+
+
+def test_a_run_s_own_checkpoint_continues_in_its_runs_folder(tmp_path):
+    run = tmp_path / "runs" / "2026-11-28_seed_Pong"
+    checkpoint = saved_checkpoint(run / "checkpoint.pt")
+    (run / "metrics.jsonl").write_text("")
+    assert resume_point(checkpoint, config=object())[2] == str(tmp_path / "runs")
+    assert resume_point(run, config=object())[2] == str(tmp_path / "runs")
+
+
+def test_a_kept_checkpoint_continues_in_the_default_runs_folder_not_beside_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("WORKBENCH_RUNS_DIR", str(tmp_path / "elsewhere"))
+    checkpoint = saved_checkpoint(tmp_path / "repo" / "data" / "seed_vtrace_pong_fast_climb.pt")
+    # before: the data folder's parent, the repository's root, got the run's folder
+    assert resume_point(checkpoint, config=object())[2] == str(tmp_path / "elsewhere")
+
+
+def test_a_folder_named_by_the_caller_wins(tmp_path):
+    checkpoint = saved_checkpoint(tmp_path / "data" / "climb.pt")
+    assert resume_point(checkpoint, config=object(), runs_dir="mine")[2] == "mine"

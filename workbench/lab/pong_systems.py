@@ -77,11 +77,17 @@ def system_rows(
             curve = run["curve"]
             last = curve[-1]
             steps = gradient_steps(entry, last)
-            zero, reached = first_crossing(run, 0.0), first_crossing(run, target)
-            if run.get("seconds_to_zero") is not None:
-                zero = (None, run["seconds_to_zero"])
-            if run.get("seconds_to_target") is not None and target == entry["target_return"]:
-                reached = (run["steps_to_target"], run["seconds_to_target"])
+            exact = run.get("seconds_to_target") is not None and target == entry["target_return"]
+            reached = (
+                (run["steps_to_target"], run["seconds_to_target"])
+                if exact
+                else first_crossing(run, target)
+            )
+            zero = (
+                (None, run["seconds_to_zero"])
+                if run.get("seconds_to_zero") is not None
+                else first_crossing(run, 0.0)
+            )
             rows.append(
                 {
                     "system": label,

@@ -403,8 +403,9 @@ def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thre
     assert (saved["updates"], saved["env_steps"]) == (apex.updates, apex.env_steps)
 
     recipe = ApexRecipe("cartpole", config, target_return=475.0, total_steps=10_000)
-    through_recipe = recipe.make_run(0, resume_from=apex.dir)  # benchmarks/learning.py's way
-    assert (through_recipe.name, through_recipe.updates) == (apex.name, apex.updates)
+    through_recipe = recipe.make_run(1, resume_from=apex.dir)  # benchmarks/learning.py's way
+    assert (through_recipe.config.seed, through_recipe.updates) == (1, apex.updates)
+    assert through_recipe.metrics_path != apex.metrics_path  # a continuation of its own
     policy = load_policy(recipe, apex.dir)  # benchmarks/evaluate.py's: the learner's Q-network
     trained = apex.agent.model.q_network.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in policy.q_network.state_dict().items())

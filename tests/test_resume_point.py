@@ -3,6 +3,8 @@ checkpoint kept apart from its run (``data/seed_vtrace_pong_fast_climb.pt``), in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from workbench.runs.records import resume_point
@@ -34,3 +36,20 @@ def test_a_kept_checkpoint_continues_in_the_default_runs_folder_not_beside_it(
 def test_a_folder_named_by_the_caller_wins(tmp_path):
     checkpoint = saved_checkpoint(tmp_path / "data" / "climb.pt")
     assert resume_point(checkpoint, config=object(), runs_dir="mine")[2] == "mine"
+
+
+@dataclass
+class Config:
+    seed: int
+
+
+def test_without_a_seed_the_same_run_goes_on_under_its_name(tmp_path):
+    checkpoint = saved_checkpoint(tmp_path / "data" / "climb.pt")
+    point = resume_point(checkpoint, config=Config(seed=0))
+    assert (point.name, point.config.seed) == ("climb", 0)
+
+
+def test_with_a_seed_a_continuation_of_its_own_takes_that_seed_and_a_fresh_name(tmp_path):
+    checkpoint = saved_checkpoint(tmp_path / "data" / "climb.pt")
+    point = resume_point(checkpoint, config=Config(seed=0), seed=2)
+    assert (point.name, point.config.seed) == (None, 2)

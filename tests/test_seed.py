@@ -422,6 +422,29 @@ def test_a_stopped_seed_run_resumed_from_its_checkpoint_carries_on(tmp_path):
     assert new[0]["charts/iteration"] == rows[-1]["charts/iteration"] + 1
 
 
+def test_a_recipe_continues_a_seed_checkpoint_at_the_seed_it_is_given(tmp_path):
+    """``SeedRecipe.make_run(seed, resume_from=...)`` (``benchmarks/learning.py --resume-from``):
+    the checkpoint's learner and counters, but that seed's envs, under a metrics file of its own.
+    Continuations at two seeds differ; before, each kept the saved seed and repeated the other."""
+    recipe = replace(
+        SEED_RECIPES["seed-vtrace-cartpole"],
+        config=replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport="serial"),
+    )
+    first = recipe.make_run(0, runs_dir=tmp_path)
+    first.run(env_steps=1000)
+
+    def continued(seed, name):
+        run = recipe.make_run(seed, runs_dir=tmp_path, name=name, resume_from=first.dir)
+        assert run.config.seed == seed and run.metrics_path != first.metrics_path
+        assert (run.updates, run.env_steps) == (first.updates, first.env_steps)
+        run.log_interval = 60.0
+        return metric_rows(run.run(env_steps=2000))[-1]["losses/total"]
+
+    at_one, again_at_one, at_two = continued(1, "a"), continued(1, "b"), continued(2, "c")
+    assert at_one == again_at_one  # the seed, not chance, makes the difference
+    assert at_one != at_two
+
+
 def test_actors_are_added_while_a_seed_run_goes(tmp_path):
     config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, num_actors=1, max_actors=2)
     run = Seed(config, runs_dir=tmp_path, log_interval=0.2).start(seconds=120)

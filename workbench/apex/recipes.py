@@ -96,12 +96,14 @@ class ApexRecipe:
     ) -> Apex:
         """An ``Apex`` run of the recipe at ``seed`` (not started), a row every 2 seconds; with
         ``measure_precision`` its learner's precision is this machine's fastest. ``resume_from``
-        continues that checkpoint instead (``Apex.from_checkpoint``: its saved config, seed and
-        precision included; the actors refill the replay), with the learner on this recipe's
-        device."""
+        continues that checkpoint instead (``Apex.from_checkpoint``: its saved config and
+        precision; the actors refill the replay) as a run of its own at ``seed`` (its actors and
+        replay sampling), with the learner on this recipe's device."""
         if resume_from is not None:
             return Apex.from_checkpoint(
                 resume_from,
+                seed=seed,
+                name=name,
                 device=self.device,
                 target_metric=self.target_metric,
                 log_interval=2.0,

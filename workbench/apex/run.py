@@ -242,6 +242,8 @@ class Apex(RunLifecycle):
         path: Any,
         *,
         config: ApexConfig | None = None,
+        seed: int | None = None,
+        name: str | None = None,
         transport: str = "local",
         device: str = "cpu",
         runs_dir: str | None = None,
@@ -249,17 +251,22 @@ class Apex(RunLifecycle):
     ) -> "Apex":
         """An Ape-X run that continues a checkpoint (a file, or a run's folder): the learner's
         weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
-        defaults to the saved one; the run keeps its name, so its metrics file grows. Not
+        defaults to the saved one; the run keeps its name, so its metrics file grows. With
+        ``seed``, a continuation of its own (``runs.records.resume_point``): that seed's actors
+        and replay sampling, a name (``name``, else a fresh one) and metrics file of its own. Not
         started."""
-        saved, config, runs_dir = resume_point(path, config, runs_dir)
+        saved, config, runs_dir, saved_name = resume_point(path, config, runs_dir, seed)
         run = cls(
             config,
             transport=transport,
             device=device,
-            name=saved["name"],
+            name=name or saved_name,
             runs_dir=runs_dir,
             **options,
         )
         run.settings.update(num_actors=saved["settings"]["num_actors"])
         run.settings.take_changes(0)
-        return run.load_checkpoint(saved, str(path))
+        run.load_checkpoint(saved, str(path))
+        if seed is not None:
+            torch.manual_seed(seed)  # the checkpoint's RNG state would repeat the saved run's draws
+        return run

@@ -27,7 +27,7 @@ import random
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ import torch
 from workbench.runs.control import default_runs_dir
 
 __all__ = [
+    "ResumePoint",
     "config_from_dict",
     "config_to_dict",
     "git_commit",
@@ -189,19 +190,35 @@ def load_checkpoint_file(path: "str | os.PathLike") -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+class ResumePoint(NamedTuple):
+    """What a run needs to continue a checkpoint (``resume_point``)."""
+
+    saved: dict[str, Any]  # the loaded checkpoint
+    config: Any
+    runs_dir: str
+    name: str | None  # None: a fresh name (a continuation of its own)
+
+
 def resume_point(
-    path: "str | os.PathLike", config: Any = None, runs_dir: "str | None" = None
-) -> tuple[dict[str, Any], Any, str]:
+    path: "str | os.PathLike",
+    config: Any = None,
+    runs_dir: "str | None" = None,
+    seed: "int | None" = None,
+) -> ResumePoint:
     """What a run needs to continue a checkpoint (a file, or a run's folder): the loaded
-    checkpoint, the config (``config``, or the saved one), and the runs folder to write in
-    (``runs_dir``; else the one the checkpoint's run lives in, so its metrics file grows; a
-    checkpoint kept apart from its run, such as ``data/seed_vtrace_pong_fast_climb.pt``, starts
-    its folder in the default runs folder, not beside the file)."""
+    checkpoint, the config (``config``, or the saved one), the runs folder to write in
+    (``runs_dir``; else the one the checkpoint's run lives in; a checkpoint kept apart from its
+    run, such as ``data/seed_vtrace_pong_fast_climb.pt``, starts its folder in the default runs
+    folder, not beside the file) and the name. Without ``seed`` the same run goes on (its name,
+    so its metrics file grows); with it a continuation of its own: the config's seed replaced,
+    so that seed picks the envs and the sampling, under a fresh name."""
     saved = load_checkpoint_file(path)
     if config is None:
         config = config_from_dict(saved["state"]["config"])
+    if seed is not None:
+        config = dataclasses.replace(config, seed=seed)
     if runs_dir is None:
         folder = Path(path) if Path(path).is_dir() else Path(path).parent
         in_its_run = (folder / "metrics.jsonl").is_file()
         runs_dir = str(folder.parent) if in_its_run else default_runs_dir()
-    return saved, config, runs_dir
+    return ResumePoint(saved, config, runs_dir, saved["name"] if seed is None else None)

@@ -84,9 +84,12 @@ class SeedRecipe:
         """A ``Seed`` run of the recipe at ``seed`` (not started); with ``measure_precision`` its
         learner's precision is this machine's fastest. ``resume_from`` continues that checkpoint
         instead (``Seed.from_checkpoint``: its saved config, precision included; R2D2's actors
-        refill the replay), with model and learner on this recipe's device."""
+        refill the replay) as a run of its own at ``seed`` (its envs and sampling), with model
+        and learner on this recipe's device."""
         if resume_from is not None:
-            return Seed.from_checkpoint(resume_from, device=self.device, runs_dir=runs_dir)
+            return Seed.from_checkpoint(
+                resume_from, seed=seed, name=name, device=self.device, runs_dir=runs_dir
+            )
         config = replace(self.config, seed=seed)
         if self.measure_precision and resolve_device(self.device).type == "cpu":
             config = replace(config, learner=self.measured_learner(config))

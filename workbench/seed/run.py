@@ -348,6 +348,8 @@ class Seed(RunLifecycle):
         path: Any,
         *,
         config: SeedConfig | None = None,
+        seed: int | None = None,
+        name: str | None = None,
         device: str = "cpu",
         runs_dir: str | None = None,
         **options: Any,
@@ -355,7 +357,12 @@ class Seed(RunLifecycle):
         """A SEED run that continues a checkpoint (a file, or a run's folder): the learner's
         weights, optimizer and counters, the env steps, the wall clock, the RNG states. The config
         defaults to the saved one (pass ``config`` to continue on another transport); the run
-        keeps its name, so its metrics file grows. Not started."""
-        saved, config, runs_dir = resume_point(path, config, runs_dir)
-        run = cls(config, device=device, name=saved["name"], runs_dir=runs_dir, **options)
-        return run.load_checkpoint(saved, str(path))
+        keeps its name, so its metrics file grows. With ``seed``, a continuation of its own
+        (``runs.records.resume_point``): that seed's envs and sampling, a name (``name``, else a
+        fresh one) and metrics file of its own. Not started."""
+        saved, config, runs_dir, saved_name = resume_point(path, config, runs_dir, seed)
+        run = cls(config, device=device, name=name or saved_name, runs_dir=runs_dir, **options)
+        run.load_checkpoint(saved, str(path))
+        if seed is not None:
+            torch.manual_seed(seed)  # the checkpoint's RNG state would repeat the saved run's draws
+        return run

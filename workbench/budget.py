@@ -118,6 +118,11 @@ class Budget:
     the claim comes from the recorded continuations)."""
     atari_live_steps: int | None
     """``full``: env-step limit of that live run (it stops at the target); ``ci``: None."""
+    seed_pong_live_seconds: float
+    """The wall seconds notebook 07's live ``seed-vtrace-pong-fast`` run is sized to, as
+    ``atari_live_seconds`` sizes notebook 09's: it continues ``data/seed_vtrace_pong_fast_climb.pt``
+    at both budgets, never fewer env steps than its claim needs nor more than were recorded. The
+    same at both: section 6's record is the whole climb, so ``full`` adds nothing here."""
     scale_out_target: float
     """Return SEED V-trace on CartPole must reach on notebook 10's simulated cluster."""
     scale_out_seconds: float
@@ -179,6 +184,7 @@ _BUDGETS = {
         atari_live_measure_seconds=30.0,
         atari_live_target=None,
         atari_live_steps=None,
+        seed_pong_live_seconds=120.0,
         scale_out_target=200.0,
         scale_out_seconds=150.0,
         scale_out_nodes=(2,),
@@ -233,6 +239,7 @@ _BUDGETS = {
         atari_live_measure_seconds=30.0,
         atari_live_target=18.0,
         atari_live_steps=4_000_000,
+        seed_pong_live_seconds=120.0,
         scale_out_target=475.0,
         scale_out_seconds=600.0,
         scale_out_nodes=(1, 2, 3),

@@ -212,17 +212,15 @@ def test_a_seed_r2d2_checkpoint_plays_as_a_recurrent_policy(tmp_path):
 
 
 def test_a_seed_recipes_run_resumes_from_its_checkpoint(tmp_path):
-    # benchmarks/learning.py --resume-from: the recipe continues the run it made, counters and all.
+    # benchmarks/learning.py --resume-from: the recipe continues the run it made, counters and all,
+    # as a run of its own (its name and metrics file; the seed it is given).
     recipe = SEED_RECIPES["seed-vtrace-cartpole"]
     run = Seed(dataclasses.replace(recipe.config, transport="serial"), runs_dir=tmp_path)
     run.run(env_steps=500)
-    resumed = recipe.make_run(0, resume_from=run.dir)  # the checkpoint's config: serial
-    assert (resumed.name, resumed.env_steps, resumed.updates) == (
-        run.name,
-        run.env_steps,
-        run.updates,
-    )
-    assert resumed.updates > 0
+    resumed = recipe.make_run(0, resume_from=run.dir)
+    assert resumed.config.transport == "serial"  # the checkpoint's config, not the recipe's
+    assert (resumed.env_steps, resumed.updates) == (run.env_steps, run.updates)
+    assert resumed.updates > 0 and resumed.name != run.name
 
 
 def test_a_seed_vtrace_policy_exports_its_weights_alone(tmp_path):

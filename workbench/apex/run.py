@@ -266,7 +266,4 @@ class Apex(RunLifecycle):
         )
         run.settings.update(num_actors=saved["settings"]["num_actors"])
         run.settings.take_changes(0)
-        run.load_checkpoint(saved, str(path))
-        if seed is not None:
-            torch.manual_seed(seed)  # the checkpoint's RNG state would repeat the saved run's draws
-        return run
+        return run.load_checkpoint(saved, str(path), seed=seed)

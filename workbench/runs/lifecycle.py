@@ -41,7 +41,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from workbench import system
 from workbench.progress import follow as progress_bar
@@ -466,10 +466,10 @@ class RunLifecycle:
             self.checkpoint_state(), Path(path) if path is not None else self.checkpoint_path
         )
 
-    def load_checkpoint(self, checkpoint: dict[str, Any], path: str) -> "RunLifecycle":
+    def load_checkpoint(self, checkpoint: dict, path: str, seed: int | None = None) -> Self:
         """Continue from a loaded checkpoint: the kind's state, the counters, the wall clock, the
-        recent returns and the RNG states; the rows of this run's metrics file up to the checkpoint
-        are read back into ``metrics``, and new ones are appended to it."""
+        recent returns and the RNG states (``seed`` reseeds torch after them: ``set_rng_states``);
+        the checkpoint's rows of this run's metrics file are read back, new ones appended."""
         if self.status not in ("created", "stopped", "finished"):
             raise RuntimeError(
                 f"run {self.name!r} is {self.status}; load a checkpoint before starting it."
@@ -486,7 +486,7 @@ class RunLifecycle:
             self.updates = int(checkpoint["updates"])
             self._wall_offset = float(checkpoint["wall_seconds"])
             self.episodes_window.load_state_dict(checkpoint["episodes"])
-            set_rng_states(checkpoint["rng"])
+            set_rng_states(checkpoint["rng"], reseed=seed)
         self.log.reload(self.env_steps)  # rows past the checkpoint (a crash after it) are left out
         self.resumed_from = str(path)
         return self

@@ -197,10 +197,7 @@ class Recipe:
             sampler_options=options,
         )
         if resume_from is not None:
-            run.load_checkpoint(load_checkpoint_file(resume_from), str(resume_from))
-            # The checkpoint's RNG states would make every seed's continuation sample the same
-            # actions: the seed picks this continuation's randomness, as it picks its envs.
-            torch.manual_seed(seed)
+            run.load_checkpoint(load_checkpoint_file(resume_from), str(resume_from), seed=seed)
         return run
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:

@@ -156,13 +156,17 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
-def set_rng_states(states: dict[str, Any]) -> None:
+def set_rng_states(states: dict[str, Any], reseed: int | None = None) -> None:
+    """Restore saved RNG states; ``reseed`` then seeds torch anew (a continuation at another seed
+    draws its own samples, not the saved run's)."""
     torch.set_rng_state(states["torch"])
     kind, keys, position, has_gauss, gauss = states["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+    if reseed is not None:
+        torch.manual_seed(reseed)
 
 
 def save_atomically(state: dict[str, Any], path: Path) -> Path:

@@ -362,7 +362,4 @@ class Seed(RunLifecycle):
         fresh one) and metrics file of its own. Not started."""
         saved, config, runs_dir, saved_name = resume_point(path, config, runs_dir, seed)
         run = cls(config, device=device, name=name or saved_name, runs_dir=runs_dir, **options)
-        run.load_checkpoint(saved, str(path))
-        if seed is not None:
-            torch.manual_seed(seed)  # the checkpoint's RNG state would repeat the saved run's draws
-        return run
+        return run.load_checkpoint(saved, str(path), seed=seed)

@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     resumed_at = None
     if args.resume_from is not None:
-        from workbench.runs.records import load_checkpoint_file
+        from workbench.runs.checkpoints import load_checkpoint_file
 
         resumed_at = int(load_checkpoint_file(args.resume_from)["env_steps"])
     for name in args.recipes:

@@ -26,8 +26,9 @@ from workbench.apex import (
 )
 from workbench.apex.transports.local import SharedParameters
 from workbench.learners import DQNConfig
+from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.evaluation import load_policy
-from workbench.runs.records import load_checkpoint_file, load_metrics
+from workbench.runs.records import load_metrics
 
 CARTPOLE_AGENT = dict(
     n_step=3,

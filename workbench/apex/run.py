@@ -26,6 +26,7 @@ import torch
 
 from workbench.apex.config import ApexConfig, make_agent
 from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
+from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import Settings, actor_settings, check_num_actors
@@ -47,7 +48,8 @@ class Apex(RunLifecycle):
             (the actor exploring least, its last 10 episodes, at least 5: the default for Ape-X
             DQN) or ``"charts/mean_return"`` (the last 20 episodes of all actors; Ape-X DPG's).
         log_interval: seconds between rows.
-        checkpoint_every: rows between checkpoints (0: when the loop ends).
+        checkpoint_every, checkpoint_seconds: rows and wall seconds between checkpoints
+            (``runs.checkpoints``; 0 and None: never; one is written when the loop ends).
     """
 
     kind = "apex"
@@ -64,6 +66,7 @@ class Apex(RunLifecycle):
         target_metric: str | None = None,
         log_interval: float = 1.0,
         checkpoint_every: int = 0,
+        checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
@@ -93,6 +96,7 @@ class Apex(RunLifecycle):
             settings=actor_settings(config.num_actors, config.max_actors),
             limits=limits or Limits(),
             checkpoint_every=checkpoint_every,
+            checkpoint_seconds=checkpoint_seconds,
         )
         self.transport: ApexTransport | None = None
         self.restarts = 0

@@ -20,7 +20,7 @@ import torch
 
 from workbench.envs import env_spaces, is_atari, make_vector_env
 from workbench.models import QNetwork, QPolicy, RecurrentQNetwork, RecurrentQPolicy
-from workbench.runs.records import load_checkpoint_file, save_atomically
+from workbench.runs.checkpoints import load_checkpoint_file, save_atomically
 
 __all__ = [
     "EVALUATION_SEED",

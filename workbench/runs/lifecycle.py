@@ -10,8 +10,9 @@ A run is a loop of steps in a background thread, so that a notebook stays live::
 ``run(**limits)`` is the same loop in the calling thread (scripts, tests, benchmarks), where the
 first Ctrl-C stops it cleanly at the step's end. Every run writes ``<runs_dir>/<name>/``:
 ``metrics.jsonl`` (a header per segment, a row per step or interval, a row per event, one schema:
-``records``) and ``checkpoint.pt`` (atomically, every ``checkpoint_every`` rows and when the loop
-ends), and ``Kind.from_checkpoint(...)`` continues a run from its counters, weights and RNG states.
+``records``) and ``checkpoint.pt`` (every ``checkpoint_seconds`` of wall time, every
+``checkpoint_every`` rows if set, and when the loop ends; the one before kept: ``checkpoints``),
+and ``Kind.from_checkpoint(...)`` continues a run from its counters, weights and RNG states.
 
 The four limits are one vocabulary for every kind (``Limits``): env steps, learner updates, wall
 seconds (of this run, over its segments) and a target return (on the kind's ``target_metric``
@@ -39,12 +40,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
 
 from workbench import system
 from workbench.progress import follow as progress_bar
+from workbench.runs.checkpoints import CHECKPOINT_SECONDS, CheckpointWriter, save_atomically
 from workbench.runs.control import (
     ENDED,
     POLL,
@@ -54,7 +56,7 @@ from workbench.runs.control import (
     default_runs_dir,
     interrupt_stops,
 )
-from workbench.runs.records import git_commit, rng_states, save_atomically, set_rng_states
+from workbench.runs.records import git_commit, rng_states, set_rng_states
 from workbench.runs.rows import EpisodeWindow, RowLog, row_line
 from workbench.runs.settings import Limits, RunSettings, Settings
 
@@ -70,7 +72,8 @@ class RunLifecycle:
         label: a short name of what runs (the env id), for default names.
         settings: the live settings (``runs.settings.RunSettings``).
         limits: the default limits of ``start()`` / ``run()``.
-        checkpoint_every: rows between checkpoints; 0: only when the loop ends.
+        checkpoint_every: rows between checkpoints; 0: not by rows.
+        checkpoint_seconds: wall seconds between checkpoints; None: not on a timer.
         log_every: print one line every this many rows; 0: silent.
     """
 
@@ -86,6 +89,7 @@ class RunLifecycle:
         settings: RunSettings,
         limits: Limits,
         checkpoint_every: int = 0,
+        checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
         log_every: int = 0,
     ) -> None:
         runs = Path(runs_dir if runs_dir is not None else default_runs_dir())
@@ -96,7 +100,9 @@ class RunLifecycle:
         self.checkpoint_path = self.dir / "checkpoint.pt"
         self.settings = settings
         self.limits = limits
-        self.checkpoint_every = checkpoint_every
+        self.checkpoints = CheckpointWriter(
+            self.checkpoint_path, checkpoint_every, checkpoint_seconds
+        )
         self.log_every = log_every
         self.iteration = 0
         self.env_steps = 0
@@ -338,38 +344,26 @@ class RunLifecycle:
         self.log.record(row)
         if self.log_every and rows % self.log_every == 0:
             print(f"[{self.name}] {row_line(row, self.target_metric)}", flush=True)
-        if self.checkpoint_every and rows % self.checkpoint_every == 0:
+        if self.checkpoints.due(rows, self.wall_seconds):
             self.save_checkpoint()
+            self.event("checkpoint", **self.checkpoints.last_cost)
         value, target = row.get(self.target_metric), self.limits.target_return
         return target is not None and value is not None and value >= target
 
     def _take_settings(self) -> None:
         """Take the settings' changes at this boundary and apply them, or refuse them whole."""
-        taken = self.settings.take_changes(self.iteration)
+        taken = self.settings.apply_changes(self.iteration, self.apply_settings)
         if taken is None:
             return
-        new, change = taken
-        old = replace(new, **change.old)
-        try:
-            self.apply_settings(new, old)
-        except Exception as error:
-            # Set back what the loop runs with (a write landing between these two calls would be
-            # lost: a narrow race with a widget, whose next write is seen again).
-            self.settings.update(**asdict(old))
-            self.settings.take_changes(self.iteration)
-            self.event(
-                "settings_refused",
-                old=change.old,
-                new=change.new,
-                error=f"{type(error).__name__}: {error}",
-            )
+        kind, details = taken
+        self.event(kind, **details)
+        if kind == "settings_refused":
             print(
-                f"Run {self.name!r}: settings {change.new} refused, keeping {change.old}: {error}",
+                f"Run {self.name!r}: settings {details['new']} refused, keeping "
+                f"{details['old']}: {details['error']}",
                 file=sys.stderr,
                 flush=True,
             )
-            return
-        self.event("settings", old=change.old, new=change.new)
 
     def _main(self) -> None:
         """The loop, then whatever ended it: status, checkpoint, error report."""
@@ -405,6 +399,7 @@ class RunLifecycle:
 
     def _begin(self, limits: dict[str, Any]) -> None:
         new_limits = self.limits.replace(**limits)
+        new_limits.refuse_passed(limits, self.name, self.env_steps, self.updates, self.wall_seconds)
         if self._segments == 0 and self.resumed_from is None and self.metrics_path.exists():
             raise FileExistsError(
                 f"{self.metrics_path} exists: another run wrote there. Use another name (None "
@@ -433,6 +428,7 @@ class RunLifecycle:
         }
         self._segments += 1
         self._segment_start = time.perf_counter()
+        self.checkpoints.start(self.wall_seconds)
         self._last_row = {
             "wall": self.wall_seconds,
             "env_steps": self.env_steps,
@@ -461,10 +457,11 @@ class RunLifecycle:
             }
 
     def save_checkpoint(self, path: "str | Path | None" = None) -> Path:
-        """Write ``checkpoint_state()`` atomically (a temporary file, then ``os.replace``)."""
-        return save_atomically(
-            self.checkpoint_state(), Path(path) if path is not None else self.checkpoint_path
-        )
+        """Write ``checkpoint_state()``: to ``path`` atomically, or as the run's checkpoint, the
+        previous one kept (``CheckpointWriter.save``; its cost in ``checkpoints.last_cost``)."""
+        if path is not None:
+            return save_atomically(self.checkpoint_state(), Path(path))
+        return self.checkpoints.save(self.checkpoint_state(), self.wall_seconds)
 
     def load_checkpoint(self, checkpoint: dict, path: str, seed: int | None = None) -> Self:
         """Continue from a loaded checkpoint: the kind's state, the counters, the wall clock, the
@@ -487,7 +484,7 @@ class RunLifecycle:
             self._wall_offset = float(checkpoint["wall_seconds"])
             self.episodes_window.load_state_dict(checkpoint["episodes"])
             set_rng_states(checkpoint["rng"], reseed=seed)
-        self.log.reload(self.env_steps)  # rows past the checkpoint (a crash after it) are left out
+        self.log.reload(self.iteration)  # rows past the checkpoint (a kill after it) are left out
         self.resumed_from = str(path)
         return self
 

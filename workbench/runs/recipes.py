@@ -28,9 +28,9 @@ from workbench.learners import (
     ReplayAgent,
 )
 from workbench.models import ActorCritic, QNetwork
+from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.levers import Levers, choose_levers, learner_work
 from workbench.runs.recipe_run import run_recipe
-from workbench.runs.records import load_checkpoint_file
 from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
 from workbench.system import usable_cores

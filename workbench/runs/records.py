@@ -1,5 +1,5 @@
 """What a run leaves on disk: ``metrics.jsonl`` (a header line per segment, then one row per
-iteration or interval, and one per event) and an atomic ``checkpoint.pt``.
+iteration or interval, and one per event) and its checkpoints (``checkpoints``).
 
 One row schema for every run kind (``Run``, ``Apex``, ``Seed``), namespaced keys:
 
@@ -25,13 +25,13 @@ import math
 import os
 import random
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.control import default_runs_dir
 
 __all__ = [
@@ -40,11 +40,10 @@ __all__ = [
     "config_to_dict",
     "git_commit",
     "jsonable",
-    "load_checkpoint_file",
+    "read_lines",
     "load_metrics",
     "resume_point",
     "rng_states",
-    "save_atomically",
     "set_rng_states",
 ]
 
@@ -67,21 +66,40 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def read_lines(path: "str | os.PathLike") -> list[dict]:
+    """Every line of a JSON-lines file, in order. An unfinished last line (a process killed while
+    it wrote) is left out; a damaged line before it is an error that names the line."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):  # no newline after it: the write was cut short
+                break
+            raise ValueError(
+                f"{path}, line {number}, is not JSON ({error.msg}): the file was damaged. Keep "
+                "a copy, then remove or repair that line."
+            ) from error
+    return records
+
+
 def load_metrics(path: "str | os.PathLike") -> tuple[list[dict], list[dict]]:
     """``(headers, rows)`` from a run's ``metrics.jsonl`` (or its folder).
 
     A header line starts every segment of the run (its start, each restart or resume); rows are
     metric rows and event rows (with an ``"event"`` key). Non-finite numbers were written as null.
+    An unfinished last line (``read_lines``) is left out.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
     headers, rows = [], []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                (headers if record.get("type") == "header" else rows).append(record)
+    for record in read_lines(path):
+        (headers if record.get("type") == "header" else rows).append(record)
     return headers, rows
 
 
@@ -167,31 +185,6 @@ def set_rng_states(states: dict[str, Any], reseed: int | None = None) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
     if reseed is not None:
         torch.manual_seed(reseed)
-
-
-def save_atomically(state: dict[str, Any], path: Path) -> Path:
-    """``torch.save`` to a temporary file, then ``os.replace``: a crash mid-write leaves the
-    previous checkpoint whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        torch.save(state, temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
-
-
-def load_checkpoint_file(path: "str | os.PathLike") -> dict[str, Any]:
-    """A checkpoint (a file, or a run's folder holding ``checkpoint.pt``), loaded on the CPU."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoint.pt"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no checkpoint at {path}; pass a run's folder or its checkpoint.pt"
-        )
-    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 class ResumePoint(NamedTuple):

@@ -9,6 +9,7 @@ the episodes since the last row, and the mean of the last ``RETURN_WINDOW``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import traceback
@@ -19,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from workbench.runs.records import jsonable, load_metrics
+from workbench.runs.records import jsonable, read_lines
 
-__all__ = ["RETURN_WINDOW", "EpisodeWindow", "RowLog", "row_line"]
+__all__ = ["RETURN_WINDOW", "EpisodeWindow", "RowLog", "iteration_of", "row_line"]
 
 RETURN_WINDOW = 20
 """Episodes averaged in ``charts/mean_return``."""
@@ -73,14 +74,42 @@ class RowLog:
                 if len(self.callback_errors) < 100:
                     self.callback_errors.append(text)
 
-    def reload(self, env_steps: int) -> None:
-        """Read back the file's rows up to ``env_steps`` (rows past a checkpoint are left out)."""
-        rows = []
-        if self.path.exists():
-            _, rows = load_metrics(self.path)
-            rows = [r for r in rows if r.get("charts/env_steps", 0) <= env_steps]
+    def reload(self, iteration: int) -> int:
+        """Read back the file's rows up to row ``iteration`` (a checkpoint's). What lies past it,
+        the rows and headers of a run killed after its checkpoint and an unfinished last line,
+        goes from the file too, so that the continued run's rows follow without a duplicate or a
+        gap. Returns the number of lines removed."""
+        records = read_lines(self.path) if self.path.exists() else []
+        kept = [record for record in records if iteration_of(record) <= iteration]
+        removed = len(records) - len(kept) + self._unfinished_last_line()
+        if removed:
+            temporary = self.path.with_name(f".{self.path.name}.tmp")
+            with open(temporary, "w") as f:
+                f.writelines(json.dumps(record) + "\n" for record in kept)
+            os.replace(temporary, self.path)
+            print(
+                f"{self.path}: {removed} line(s) written after the checkpoint at row {iteration} "
+                "removed; the run continues from there.",
+                file=sys.stderr,
+                flush=True,
+            )
         with self._lock:
-            self._rows = rows
+            self._rows = [record for record in kept if record.get("type") != "header"]
+        return removed
+
+    def _unfinished_last_line(self) -> int:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return 0
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return int(f.read(1) != b"\n")
+
+
+def iteration_of(record: dict) -> int:
+    """The rows a run had written when a line of ``metrics.jsonl`` was (a header's, a row's)."""
+    if record.get("type") == "header":
+        return int(record["iteration"])
+    return int(record.get("charts/iteration", 0))
 
 
 class EpisodeWindow:

@@ -42,9 +42,10 @@ from typing import Any, Literal
 import torch
 
 from workbench import sampling, system
+from workbench.runs.checkpoints import CHECKPOINT_SECONDS, load_checkpoint_file
 from workbench.runs.collectors import AsyncCollector, SyncCollector
 from workbench.runs.lifecycle import Limits, RunLifecycle, default_runs_dir
-from workbench.runs.records import config_to_dict, load_checkpoint_file
+from workbench.runs.records import config_to_dict
 from workbench.runs.settings import RunSettings, Settings
 
 __all__ = ["Run", "RunConfig"]
@@ -63,7 +64,10 @@ class RunConfig:
     next batch while the learner optimises this one (Stooke & Abbeel 2018, Sec. 3.3); batches are
     then one update old (``charts/policy_lag`` = 1)."""
     checkpoint_every: int = 0
-    """Iterations between checkpoints; 0: only when the run stops or finishes."""
+    """Iterations between checkpoints; 0: not by iterations (on the timer below, and when the run
+    stops or finishes)."""
+    checkpoint_seconds: float | None = CHECKPOINT_SECONDS
+    """Wall seconds between checkpoints (``runs.checkpoints``); None: none on a timer."""
     runs_dir: str = dataclasses.field(default_factory=default_runs_dir)
     """Folder that holds one folder per run: ``<runs_dir>/<name>/metrics.jsonl``, ``checkpoint.pt``.
     Default: ``$WORKBENCH_RUNS_DIR``, else ``runs`` (relative to the working directory)."""
@@ -169,6 +173,7 @@ class Run(RunLifecycle):
             settings=settings,
             limits=Limits(env_steps=config.total_steps),
             checkpoint_every=config.checkpoint_every,
+            checkpoint_seconds=config.checkpoint_seconds,
             log_every=config.log_every,
         )
         self.config = replace(config, name=self.name)

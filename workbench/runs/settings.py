@@ -9,7 +9,8 @@ metrics, so plots can mark where it happened.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 __all__ = ["Change", "Limits", "RunSettings", "Settings", "actor_settings", "check_num_actors"]
@@ -124,6 +125,29 @@ class RunSettings:
             new={name: getattr(new, name) for name in differing},
         )
 
+    def apply_changes(
+        self, iteration: int, apply: Callable[[Settings, Settings], None]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """Take the changes at this boundary and ``apply(new, old)`` them, or refuse them whole:
+        when ``apply`` raises, the settings go back to what the loop runs with. Returns the event
+        to record, ``("settings", details)`` or ``("settings_refused", details)``; None when
+        nothing changed."""
+        taken = self.take_changes(iteration)
+        if taken is None:
+            return None
+        new, change = taken
+        old = replace(new, **change.old)
+        try:
+            apply(new, old)
+        except Exception as error:
+            # A write landing between these two calls would be lost: a narrow race with a
+            # widget, whose next write is seen again.
+            self.update(**asdict(old))
+            self.take_changes(iteration)
+            error_text = f"{type(error).__name__}: {error}"
+            return "settings_refused", {"old": change.old, "new": change.new, "error": error_text}
+        return "settings", {"old": change.old, "new": change.new}
+
     def __repr__(self) -> str:
         return f"RunSettings({self.current})"
 
@@ -179,6 +203,23 @@ class Limits:
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def refuse_passed(
+        self, named: dict[str, Any], run: str, env_steps: int, updates: int, seconds: float
+    ) -> None:
+        """Raise ValueError, naming the fix, when a limit in ``named`` (those a call to start or
+        run gives) is one a run that has gone before (a resumed one) has already passed: it would
+        end at once without a word. Limits count over all of a run's segments."""
+        done = {"env_steps": env_steps, "updates": updates, "seconds": seconds}
+        for name, spent in done.items():
+            limit = named.get(name)
+            if limit is not None and spent > 0 and spent >= limit:
+                shown = f"{spent:.0f}" if name == "seconds" else f"{spent:,}"
+                raise ValueError(
+                    f"run {run!r} has already run {shown} {name.replace('_', ' ')}, past the "
+                    f"limit {name}={limit} (limits count from the run's start, over all its "
+                    f"segments). For {limit} more, give {name}={spent + limit:.0f}."
+                )
 
     def reached(self, env_steps: int, updates: int, seconds: float) -> str | None:
         """The name of the first of the counting limits these counters reached, or None."""

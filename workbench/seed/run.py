@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from workbench.learners import IMPALA, R2D2
+from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import Settings, actor_settings, check_num_actors
@@ -58,7 +59,8 @@ class Seed(RunLifecycle):
         device: where the model lives: the server's forward passes and the learner's updates
             (``"auto"``: the GPU when there is one; with Ray, the learner actor's).
         name, runs_dir: the run's folder. limits: the default limits of ``start()`` / ``run()``.
-        log_interval: seconds between rows. checkpoint_every: rows between checkpoints.
+        log_interval: seconds between rows. checkpoint_every, checkpoint_seconds: rows and wall
+            seconds between checkpoints (``runs.checkpoints``; 0 and None: never).
 
     The ``target_metric`` of a target return: V-trace, the last 20 episodes of every env
     (``charts/mean_return``); R2D2, the last 10 of the env exploring least
@@ -77,6 +79,7 @@ class Seed(RunLifecycle):
         limits: Limits | None = None,
         log_interval: float = 1.0,
         checkpoint_every: int = 0,
+        checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
     ) -> None:
         self.config = config
         self.device = device
@@ -107,6 +110,7 @@ class Seed(RunLifecycle):
             settings=actor_settings(config.num_actors, config.actor_limit),
             limits=limits or Limits(),
             checkpoint_every=checkpoint_every,
+            checkpoint_seconds=checkpoint_seconds,
         )
         self.num_actors = config.num_actors
         self.transport: SeedTransport | None = None

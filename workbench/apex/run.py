@@ -27,6 +27,7 @@ import torch
 from workbench.apex.config import ApexConfig, make_agent
 from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
+from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import Settings, actor_settings, check_num_actors
@@ -171,7 +172,9 @@ class Apex(RunLifecycle):
         sample = transport.take_batch(timeout=0.05)
         if sample is not None:
             batch, indices, weights = sample
-            self._metrics = self.agent.update({**batch, "weights": weights})
+            batch = {**batch, "weights": weights}
+            self._metrics = self.agent.update(batch)
+            check_finite(self._metrics, batch, f"update {self.updates + 1}")
             transport.update_priorities(indices, self.agent.priorities)
             self.updates += 1
             if self.updates % self.config.publish_interval == 0:

@@ -56,6 +56,7 @@ from workbench.runs.control import (
     default_runs_dir,
     interrupt_stops,
 )
+from workbench.runs.faults import NonFiniteLoss
 from workbench.runs.records import git_commit, rng_states, set_rng_states
 from workbench.runs.rows import EpisodeWindow, RowLog, row_line
 from workbench.runs.settings import Limits, RunSettings, Settings
@@ -385,6 +386,8 @@ class RunLifecycle:
                 self.save_checkpoint()
             except Exception as exc:
                 outcome, error = "failed", exc
+        if isinstance(error, NonFiniteLoss):  # the batch kept, the last good checkpoint named
+            error.keep(self.dir, self.checkpoint_path)
         if error is not None:
             self.error = error
             self.error_traceback = "".join(traceback.format_exception(error))

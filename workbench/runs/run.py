@@ -44,6 +44,7 @@ import torch
 from workbench import sampling, system
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS, load_checkpoint_file
 from workbench.runs.collectors import AsyncCollector, SyncCollector
+from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle, default_runs_dir
 from workbench.runs.records import config_to_dict
 from workbench.runs.settings import RunSettings, Settings
@@ -309,6 +310,9 @@ class Run(RunLifecycle):
             return None
         learn_start = time.perf_counter()
         metrics = self.learner.update(batch.rollout)
+        check_finite(
+            metrics, batch.rollout, f"update {self.updates + 1} (iteration {self.iteration + 1})"
+        )
         lag = self.iteration - batch.version  # updates between collecting and learning
         self.updates += 1
         self.env_steps += batch.rollout.num_steps

@@ -34,6 +34,7 @@ from workbench.envs import env_spaces
 from workbench.learners import IMPALA, R2D2, SEQUENCE_KEYS, STATE_KEYS
 from workbench.models import ActorCritic, RecurrentQNetwork
 from workbench.replay import RateLimiter
+from workbench.runs.faults import check_finite
 from workbench.seed.assembler import EpisodeLog, TrajectoryAssembler, stack_windows
 from workbench.seed.config import SeedConfig, learner_config
 from workbench.seed.server import InferenceServer, RecurrentEpsilonGreedy, SampledPolicy
@@ -183,8 +184,10 @@ class SeedLearning:
         # actors wait instead of queueing unrolls that age (R2D2's rule below, from the other side).
         owed = self.assembler.queued / self.fresh_per_update
         behind = self.config.replay_ratio > 1 and owed > self.config.max_updates_behind
+        batch = stack_windows(fresh + replayed)
         with self.lock if behind else contextlib.nullcontext():
-            metrics = self.learner.update(stack_windows(fresh + replayed))
+            metrics = self.learner.update(batch)
+        check_finite(metrics, batch, f"update {self.updates}")
         if self.config.replay_ratio > 1:
             self.recent_unrolls.extend(fresh)
         metrics["seed/replayed_fraction"] = replayed_count / size
@@ -222,7 +225,9 @@ class SeedLearning:
             return None
         sample, indices, weights = self.replay.sample(c.batch_size)
         self.limiter.sample(c.batch_size)
-        metrics = self.learner.update({**sample, "weights": weights})
+        batch = {**sample, "weights": weights}
+        metrics = self.learner.update(batch)
+        check_finite(metrics, batch, f"update {self.updates}")
         self.replay.update_priorities(indices, self.learner.priorities)
         return metrics
 

@@ -1,0 +1,81 @@
+"""Specifications for the faults a run stops at (``workbench.runs.faults``): a NaN loss stops every
+run kind at the update that produced it, keeps that update's batch beside the run and leaves the
+last good checkpoint as it was."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from workbench.apex import Apex, ApexConfig
+from workbench.learners import PPO, DQNConfig, PPOConfig
+from workbench.models import ActorCritic
+from workbench.runs import Run, RunConfig, RunSettings
+from workbench.runs.checkpoints import load_checkpoint_file
+from workbench.runs.faults import NonFiniteLoss, check_finite
+from workbench.seed import SEED_RECIPES, Seed
+
+
+def poison(owner, at_update: int) -> None:
+    """Make ``owner.update`` report a NaN policy loss from its ``at_update``-th call on."""
+    real, calls = owner.update, []
+
+    def update(batch):
+        metrics = real(batch)
+        calls.append(1)
+        return {**metrics, "losses/poisoned": float("nan")} if len(calls) >= at_update else metrics
+
+    owner.update = update
+
+
+def test_a_finite_update_passes_and_a_nan_or_infinite_loss_is_named():
+    check_finite({"losses/q": 0.5, "charts/learning_rate": float("nan")}, None, "update 1")
+    with pytest.raises(NonFiniteLoss, match=r"losses/q=nan, losses/v=inf at update 7"):
+        check_finite({"losses/q": float("nan"), "losses/v": float("inf")}, None, "update 7")
+
+
+def test_a_nan_loss_stops_a_run_at_its_update_and_keeps_the_batch_and_the_last_good_checkpoint(
+    tmp_path,
+):
+    torch.manual_seed(0)
+    algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2))
+    poison(algo, at_update=3)
+    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=32)
+    config = RunConfig(runs_dir=str(tmp_path), name="nan", checkpoint_every=1, total_steps=10**6)
+    run = Run("CartPole-v1", algo, config=config, settings=settings)
+    with pytest.raises(NonFiniteLoss, match=r"at update 3 \(iteration 3\).*nonfinite_batch\.pt"):
+        run.run()
+    assert run.status == "failed" and "last good checkpoint" in str(run.error)
+    assert load_checkpoint_file(run.dir)["updates"] == 2  # the last good one, not overwritten
+    batch = torch.load(run.dir / "nonfinite_batch.pt", weights_only=False)
+    assert batch.num_steps == 64  # the rollout of the failing update
+
+
+def test_a_nan_loss_stops_a_seed_run_with_its_batch(tmp_path):
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport="serial")
+    seed = Seed(config, runs_dir=str(tmp_path), log_interval=0.5)
+    poison(seed.learning.learner, at_update=2)
+    with pytest.raises(NonFiniteLoss, match="at update 2"):
+        seed.run(env_steps=5_000)
+    batch = torch.load(seed.dir / "nonfinite_batch.pt", weights_only=False)
+    assert batch["rewards"].shape[1] == config.learner.batch_size  # [T, B]: the update's unrolls
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_an_apex_run_with_its_batch(tmp_path):
+    config = ApexConfig(
+        env_id="CartPole-v1",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        model_options=dict(hidden=(32, 32)),
+        num_actors=1,
+        learning_starts=200,
+    )
+    apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.5)
+    poison(apex.agent, at_update=5)
+    with pytest.raises(NonFiniteLoss, match="at update 5"):
+        apex.run(seconds=120)
+    assert apex.actor_pids() == {}  # the actors went with the run
+    batch = torch.load(apex.dir / "nonfinite_batch.pt", weights_only=False)
+    assert len(batch["weights"]) == 32

@@ -1,9 +1,12 @@
-"""Specifications for the faults a run stops at (``workbench.runs.faults``): a NaN loss stops every
-run kind at the update that produced it, keeps that update's batch beside the run and leaves the
-last good checkpoint as it was."""
+"""Specifications for the faults a run stops at (``workbench.runs.faults``, ``workbench.restarts``):
+a NaN loss stops every run kind at the update that produced it, keeps that update's batch beside
+the run and leaves the last good checkpoint as it was; an actor that keeps dying is restarted
+after a growing wait, then ends the run with an error that names it."""
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import replace
 
 import pytest
@@ -12,6 +15,7 @@ import torch
 from workbench.apex import Apex, ApexConfig
 from workbench.learners import PPO, DQNConfig, PPOConfig
 from workbench.models import ActorCritic
+from workbench.restarts import ActorKeepsDying, RestartBudget
 from workbench.runs import Run, RunConfig, RunSettings
 from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.faults import NonFiniteLoss, check_finite
@@ -79,3 +83,50 @@ def test_a_nan_loss_stops_an_apex_run_with_its_batch(tmp_path):
     assert apex.actor_pids() == {}  # the actors went with the run
     batch = torch.load(apex.dir / "nonfinite_batch.pt", weights_only=False)
     assert len(batch["weights"]) == 32
+
+
+# --- an actor that keeps dying -----------------------------------------------------------------
+
+
+def test_a_restart_waits_longer_each_time_and_a_fourth_death_within_the_window_is_an_error():
+    now = [0.0]
+    budget = RestartBudget(max_restarts=3, window=60.0, backoff=0.5, clock=lambda: now[0])
+    waits = []
+    for _ in range(3):
+        waits.append(budget.delay(7))
+        budget.restarted(7)
+        now[0] += 1.0
+    assert waits == [0.5, 1.0, 2.0]
+    with pytest.raises(ActorKeepsDying, match=r"actor 7 died 4 times within 60 s.*not restarted"):
+        budget.delay(7, "exit code -9")
+    now[0] += 60.0  # the window has passed: the actor may die again
+    assert budget.delay(7) == 0.5
+
+
+@pytest.mark.slow
+def test_an_apex_actor_killed_again_and_again_is_restarted_after_a_backoff_then_ends_the_run(
+    tmp_path,
+):
+    config = ApexConfig(
+        env_id="CartPole-v1",
+        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        model_options=dict(hidden=(32, 32)),
+        num_actors=1,
+        learning_starts=200,
+    )
+    apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.3)
+    apex.restart_budget = RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
+    killed: set[int] = set()
+
+    @apex.on_row
+    def kill_each_new_actor(row: dict) -> None:
+        for pid in apex.actor_pids().values():
+            if pid not in killed:
+                killed.add(pid)
+                os.kill(pid, signal.SIGKILL)
+
+    with pytest.raises(ActorKeepsDying, match="actor 0 died 3 times within 60 s"):
+        apex.run(seconds=120)
+    restarts = [row for row in apex.events if row["event"] == "actor_restart"]
+    assert [row["after_seconds"] for row in restarts] == [0.2, 0.4]
+    assert apex.status == "failed" and apex.actor_pids() == {}

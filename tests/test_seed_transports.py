@@ -25,6 +25,7 @@ import torch
 from processes import live_children, wait_gone
 
 from workbench.models import ActorCritic
+from workbench.restarts import RestartBudget
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports import TRANSPORTS, SeedTransport
 from workbench.seed.transports.local import LocalActors
@@ -282,3 +283,29 @@ def test_events_record_starts_and_stops_and_stop_leaves_no_actor_process(kind, m
     assert transport.pids == []
     if kind != "ray":  # Ray's actors are the raylet's children, not this process's
         assert wait_gone(list(live_children() - before), 10.0) == []
+
+
+def test_a_local_actor_that_keeps_dying_is_restarted_after_a_growing_wait_then_fails_serving(make):
+    served = make("local")
+    transport = served.transport
+    transport.restart_budget = RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
+    transport.start()
+    drive(served, lambda: transport.steps >= 50, 90, "50 steps")
+    killed: list[int] = []
+
+    def kill_actor_0_once_up() -> bool:
+        starts = kinds_of(transport, 0).count("started")
+        if starts > len(killed):  # a (re)started actor 0 is up: kill it again
+            restarts = [e for e in transport.events if e.actor == 0 and e.kind == "restarted"]
+            pid = int(restarts[-1].detail.split()[1]) if restarts else transport.pids[0]
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+        return False
+
+    with pytest.raises(RuntimeError, match="actor 0 died 3 times within 60 s"):
+        drive(served, kill_actor_0_once_up, 120, "actor 0 given up")
+    died = [e.time for e in transport.events if e.actor == 0 and e.kind == "died"]
+    restarted = [e.time for e in transport.events if e.actor == 0 and e.kind == "restarted"]
+    waits = [r - d for d, r in zip(died, restarted)]
+    assert len(waits) == 2 and waits[0] >= 0.2 and waits[1] >= 0.4, waits  # the backoff doubles
+    assert len(killed) == 3

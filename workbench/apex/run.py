@@ -26,6 +26,7 @@ import torch
 
 from workbench.apex.config import ApexConfig, make_agent
 from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
+from workbench.restarts import RestartBudget
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle
@@ -101,6 +102,8 @@ class Apex(RunLifecycle):
         )
         self.transport: ApexTransport | None = None
         self.restarts = 0
+        self.restart_budget = RestartBudget()
+        """How often a dead actor is restarted, and after what wait (``restarts``)."""
         self.running_actors: list[int] = []
         self._env_steps_before = 0  # env steps of earlier segments (the replay counts this one's)
         self._episodes: dict[int, deque] = {}
@@ -137,6 +140,7 @@ class Apex(RunLifecycle):
         self._next_row = time.monotonic() + self.log_interval
         self._last_added, self._last_row_wall = 0, self.wall_seconds
         self.transport = make_transport(self.transport_name, self.config, self.agent.actor_state())
+        self._restart_at: dict[int, tuple[float, float]] = {}  # actor -> (when, its backoff)
         self.running_actors = []
         self._resize(self.settings.applied.num_actors)
 
@@ -162,10 +166,7 @@ class Apex(RunLifecycle):
 
     def step(self) -> dict[str, Any] | None:
         transport = self.transport
-        for index in transport.dead_actors():
-            transport.restart_actor(index)
-            self.restarts += 1
-            self.event("actor_restart", actor=index)
+        self._restart_dead(transport)
         batch_size = self.config.agent.batch_size
         while transport.pending_batches < 2:  # one batch in flight while the learner learns
             transport.request_sample(batch_size)
@@ -186,6 +187,24 @@ class Apex(RunLifecycle):
 
     def final_row(self) -> dict[str, Any] | None:
         return self._row() if self.transport is not None else None
+
+    def _restart_dead(self, transport: ApexTransport) -> None:
+        """Restart dead actors after the budget's backoff; an actor that keeps dying ends the run
+        (``restarts.RestartBudget``: ``ActorKeepsDying`` names it)."""
+        now = time.monotonic()
+        for index in transport.dead_actors():
+            if index not in self._restart_at:
+                delay = self.restart_budget.delay(index)
+                self._restart_at[index] = (now + delay, delay)
+        for index, (at, delay) in list(self._restart_at.items()):
+            if index not in self.running_actors:  # stopped meanwhile (fewer actors asked for)
+                del self._restart_at[index]
+            elif now >= at:
+                del self._restart_at[index]
+                transport.restart_actor(index)
+                self.restart_budget.restarted(index)
+                self.restarts += 1
+                self.event("actor_restart", actor=index, after_seconds=delay)
 
     def _row(self) -> dict[str, Any]:
         stats = self.transport.stats()

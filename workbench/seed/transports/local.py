@@ -25,6 +25,7 @@ import numpy as np
 
 from workbench.envs import is_atari
 from workbench.processes import WORKER_TIMEOUT
+from workbench.restarts import RestartBudget
 from workbench.seed.env_actors import (
     REPLY,
     REQUEST,
@@ -138,6 +139,9 @@ class LocalActors:
         self._actors: dict[int, _Actor] = {}
         self._generation = np.zeros(self.max_actors * envs_per_actor, dtype=np.int64)
         self._live_slots = np.zeros(self.max_actors * envs_per_actor, dtype=bool)
+        self.restart_budget = RestartBudget()
+        """How often a dead actor is restarted, and after what wait (``restarts``)."""
+        self._restart_at: dict[int, float] = {}  # dead actors: when their restart is due
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -402,7 +406,22 @@ class LocalActors:
                 pass  # it died mid-request; _check_actors restarts it
 
     def _check_actors(self) -> None:
+        now = time.monotonic()
+        for index, at in list(self._restart_at.items()):  # dead ones, after their backoff
+            if self._actors[index].retiring:  # fewer actors were asked for meanwhile
+                del self._restart_at[index]
+                with self._lock:
+                    del self._actors[index]
+            elif now >= at:
+                del self._restart_at[index]
+                restarted = self._spawn(index, restart=True)
+                self.restart_budget.restarted(index)
+                self.events.append(
+                    ActorEvent(time.time(), "restarted", index, f"pid {restarted.process.pid}")
+                )
         for index, actor in list(self._actors.items()):
+            if index in self._restart_at:
+                continue
             if actor.starting and actor.control.poll():
                 self._ready(actor)  # a restarted actor: ready, or a failure that ends the run
             elif actor.control.poll():
@@ -423,23 +442,9 @@ class LocalActors:
                 with self._lock:
                     del self._actors[index]
                 continue
-            self.events.append(
-                ActorEvent(time.time(), "died", index, f"exit code {actor.process.exitcode}")
-            )
-            recent = [
-                e
-                for e in self.events
-                if e.kind == "restarted" and e.actor == index and e.time > time.time() - 60
-            ]
-            if len(recent) >= 3:
-                raise RuntimeError(
-                    f"env actor {index} died 4 times within a minute (last exit code "
-                    f"{actor.process.exitcode}); see the run's events for its errors"
-                )
-            restarted = self._spawn(index, restart=True)
-            self.events.append(
-                ActorEvent(time.time(), "restarted", index, f"pid {restarted.process.pid}")
-            )
+            exit_code = f"exit code {actor.process.exitcode}"
+            self.events.append(ActorEvent(time.time(), "died", index, exit_code))
+            self._restart_at[index] = now + self.restart_budget.delay(index, exit_code)
 
     # -- what the run reads ------------------------------------------------------------------------
 

@@ -1,0 +1,67 @@
+"""How often a process that keeps dying is started again: restarts bounded, with a backoff.
+
+An actor that crashes on its first step (a bad env option, a library that will not load) would
+otherwise be restarted forever, each restart costing a process start and hiding the cause. So a
+run restarts a dead actor at most ``max_restarts`` times within ``window`` seconds, waiting
+``backoff * 2**k`` seconds before the k-th of those (at most ``max_backoff``), and fails with an
+error that names the actor and its last exit when it dies once more (Ray's ``max_restarts`` and
+Kubernetes' crash-loop backoff have the same two parts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+__all__ = ["ActorKeepsDying", "RestartBudget"]
+
+
+class ActorKeepsDying(RuntimeError):
+    """An actor died more often than its ``RestartBudget`` allows."""
+
+
+class RestartBudget:
+    """Per actor: at most ``max_restarts`` restarts within ``window`` seconds, each after a wait
+    that doubles from ``backoff`` up to ``max_backoff`` seconds."""
+
+    def __init__(
+        self,
+        max_restarts: int = 3,
+        window: float = 60.0,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        clock=time.monotonic,
+    ) -> None:
+        if max_restarts < 0 or window <= 0 or backoff < 0 or max_backoff < backoff:
+            raise ValueError(
+                "RestartBudget needs max_restarts >= 0, window > 0 and 0 <= backoff <= "
+                f"max_backoff; got {max_restarts}, {window}, {backoff}, {max_backoff}"
+            )
+        self.max_restarts, self.window = max_restarts, window
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.clock = clock
+        self.restarts: dict[int, list[float]] = defaultdict(list)
+        """Per actor, when it was restarted (the clock's seconds)."""
+
+    def recent(self, actor: int) -> int:
+        """Restarts of ``actor`` within the window."""
+        now = self.clock()
+        self.restarts[actor] = [t for t in self.restarts[actor] if now - t < self.window]
+        return len(self.restarts[actor])
+
+    def delay(self, actor: int, detail: str = "") -> float:
+        """``actor`` died: the seconds to wait before its restart, or ``ActorKeepsDying`` when it
+        has used its restarts within the window (``detail``: its last exit, for the message)."""
+        recent = self.recent(actor)
+        if recent >= self.max_restarts:
+            raise ActorKeepsDying(
+                f"actor {actor} died {recent + 1} times within {self.window:g} s"
+                + (f" (last: {detail})" if detail else "")
+                + "; it is not restarted again. Its errors are in the run's events: fix what "
+                "kills it (its env, its options, memory), then continue from the checkpoint."
+            )
+        return min(self.backoff * 2**recent, self.max_backoff)
+
+    def restarted(self, actor: int) -> None:
+        """``actor`` was started again now."""
+        self.restarts[actor].append(self.clock())

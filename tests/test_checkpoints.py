@@ -24,7 +24,7 @@ from processes import wait_gone
 from workbench.apex import Apex
 from workbench.learners import PPO, PPOConfig
 from workbench.models import ActorCritic
-from workbench.runs import Run, RunConfig, RunSettings, load_metrics
+from workbench.runs import Run, RunConfig, RunSettings, load_metrics, rows
 from workbench.runs.checkpoints import (
     CHECKPOINT_SECONDS,
     CheckpointError,
@@ -233,3 +233,29 @@ def test_a_run_whose_owner_is_killed_continues_from_disk_without_a_gap_or_a_dupl
     steps = [row["charts/env_steps"] for row in rows]
     assert steps == sorted(steps) and steps[-1] > saved["env_steps"], steps  # it counts on
     assert saved["env_steps"] in steps  # from the checkpoint's row, not past it
+
+
+def test_a_full_disk_under_the_metrics_fails_the_run_clearly_and_the_checkpoint_survives(
+    tmp_path, monkeypatch
+):
+    run = small_run(tmp_path, checkpoint_every=2, total_steps=10**6)
+    real_open = open
+
+    def full_after_six_rows(path, mode="r", *args, **kwargs):
+        if str(path).endswith("metrics.jsonl") and "a" in mode and run.iteration >= 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(rows, "open", full_after_six_rows, raising=False)
+    with pytest.raises(OSError, match="No space left.*free space there or give the run"):
+        run.run()
+    assert run.status == "failed"
+    monkeypatch.undo()
+    # Row 6 found the disk full; the last checkpoint (every 2 rows) was at row 4, row 5 is past it.
+    assert load_checkpoint_file(run.dir)["iteration"] == 4
+    resumed = Run.from_checkpoint(
+        run.dir, PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2))
+    )
+    resumed.run(env_steps=8 * STEPS)
+    steps = [row["charts/env_steps"] for row in metric_rows(load_metrics(run.dir)[1])]
+    assert steps == [STEPS * i for i in range(1, 9)]

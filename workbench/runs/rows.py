@@ -49,9 +49,18 @@ class RowLog:
         self._callbacks.append(fn)
 
     def write_line(self, record: dict) -> None:
-        """One line of the file that is not a row (a header)."""
-        with open(self.path, "a") as f:
-            f.write(json.dumps(jsonable(record)) + "\n")
+        """One line of the file (a row, or a header). A disk that takes no more is an error that
+        names the fix; a line it cut short is left out when the file is read back."""
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(jsonable(record)) + "\n")
+        except OSError as error:
+            raise OSError(
+                error.errno,
+                f"could not append to {self.path} ({error.strerror or error}): free space there "
+                "or give the run another runs_dir. The rows written so far and the last "
+                "checkpoint are kept; from_checkpoint continues from it.",
+            ) from error
 
     def record(self, row: dict) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ One row schema for every run kind (``Run``, ``Apex``, ``Seed``), namespaced keys
 * ``losses/...``: the learner's; ``time/...``: seconds per stage;
 * ``apex/...``, ``seed/...``, ``sampler/...``: what one system alone measures.
 
-An event row has an ``"event"`` key (``settings``, ``settings_refused``, ``actors``,
+An event row has an ``"event"`` key (``settings``, ``settings_refused``, ``actors``, ``checkpoint``,
 ``actor_restart``, ``worker_restart``, ``resumed``) beside the counters at which it happened.
 Non-finite numbers are written as null (strict JSON).
 """

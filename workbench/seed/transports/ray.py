@@ -50,6 +50,7 @@ import numpy as np
 
 from workbench.cluster import ensure_ray, import_ray, node_for
 from workbench.envs import make_vector_env
+from workbench.restarts import ActorKeepsDying, RestartBudget
 from workbench.seed.env_actors import (
     FIRST,
     REPLY_TIMEOUT,
@@ -260,6 +261,9 @@ class RayActors:
         self.max_steps = max_steps
         self.observation_space, self.action_space = observation_space, action_space
         self.events: list[ActorEvent] = []
+        self.restart_budget = RestartBudget()
+        """How often a dead actor is restarted, and after what wait (``restarts``)."""
+        self._restart_at: dict[int, float] = {}  # dead actors: when their restart is due
         self.error: str | None = None
         self.steps = 0
         self.episodes: deque = deque(maxlen=10_000)  # (time, slot, return, length)
@@ -372,6 +376,7 @@ class RayActors:
             done, _ = ray.wait(list(handles), num_returns=len(handles), timeout=0)
             for ref in done:
                 self._finish(handles[ref], restart=True)
+        self._restart_due()
         self._read_ready()
         try:
             progress = ray.get(self.server.progress.remote(), timeout=60)
@@ -424,19 +429,24 @@ class RayActors:
         self._actors.pop(handle.index, None)
         if not restart:
             return
-        recent = [
-            e
-            for e in self.events
-            if e.kind == "restarted" and e.actor == handle.index and e.time > time.time() - 60
-        ]
-        if len(recent) >= 3:
-            self.error = (
-                f"env actor {handle.index} failed 4 times within a minute; last: {kind}: "
-                f"{detail}\n(see the run's events)"
-            )
-            raise RuntimeError(self.error)
-        new = self._spawn(handle.index)
-        self._event("restarted", handle.index, f"generation {new.generation}")
+        try:
+            delay = self.restart_budget.delay(handle.index, f"{kind}: {detail}")
+        except ActorKeepsDying as error:
+            self.error = f"env {error}"
+            raise RuntimeError(self.error) from None
+        self._restart_at[handle.index] = time.monotonic() + delay
+
+    def _restart_due(self) -> None:
+        """Start again the dead actors whose backoff has passed (``restarts.RestartBudget``)."""
+        now = time.monotonic()
+        for index, at in list(self._restart_at.items()):
+            if index in self._actors or index >= self.num_actors:  # started or retired since
+                del self._restart_at[index]
+            elif now >= at:
+                del self._restart_at[index]
+                new = self._spawn(index)
+                self.restart_budget.restarted(index)
+                self._event("restarted", index, f"generation {new.generation}")
 
     def _event(self, kind: str, actor: int, detail: str = "") -> None:
         self.events.append(ActorEvent(time.time(), kind, actor, detail))

@@ -153,3 +153,37 @@ def test_picking_a_gpu_this_machine_lacks_is_refused_with_the_reason(tmp_path):
     panel.learner.value = missing
     assert "cuda" in panel.message.value.lower() and panel.learner.value == "cpu"
     assert run.settings.current.learner_devices == ("cpu",)
+
+
+def unnamed_run(tmp_path, iterations: int = 3) -> Run:
+    """A run with a default name (``<date>_<time>_CartPole-v1``), as a notebook makes one."""
+    torch.manual_seed(0)
+    algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
+    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=32)
+    config = RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path))
+    return Run("CartPole-v1", algo, settings=settings, config=config)
+
+
+def test_after_a_kernel_restart_the_panel_offers_to_continue_the_newest_run_of_the_same_name(
+    tmp_path,
+):
+    before = unnamed_run(tmp_path).run()  # the run the restarted kernel lost
+    time.sleep(1.1)  # a default name has the second it was made in
+    again = unnamed_run(tmp_path)  # the cell run again after the restart
+    assert again.name != before.name
+    panel = RunPanel(again)
+    assert panel.earlier == before.dir and "continue" in panel.buttons
+    assert before.name in panel.message.value
+
+    panel.press("continue")
+    assert panel.run.name == before.name and panel.run.env_steps == 3 * STEPS
+    assert "continue" not in panel.buttons
+    assert len(panel.return_figure.data[0].x) > 0  # the earlier rows, drawn
+    panel.start(env_steps=5 * STEPS).wait(timeout=120)
+    steps = [row["charts/env_steps"] for row in load_metrics(before.dir)[1] if "event" not in row]
+    assert steps == [STEPS * i for i in range(1, 6)]  # one curve, carried on
+
+
+def test_a_panel_with_nothing_earlier_to_continue_offers_only_a_new_run(tmp_path):
+    panel = RunPanel(unnamed_run(tmp_path))
+    assert panel.earlier is None and "continue" not in panel.buttons

@@ -25,6 +25,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.runs.control import earlier_run
 from workbench.runs.lifecycle import ENDED
 
 __all__ = ["Chart", "Line", "Panel", "event_label", "note"]
@@ -232,7 +233,14 @@ class Panel:
             self.actors.observe(self._on_actors, names="value")
             row.append(self.actors)
         self.buttons: dict[str, widgets.Button] = {}
+        # After a kernel restart: the newest checkpointed run of the same name, to carry on.
+        self.earlier = None
+        if run.status == "created" and run.resumed_from is None:
+            self.earlier = earlier_run(run.dir.parent, run.name, run.label)
+        if self.earlier is not None:
+            buttons = ["continue", *buttons]
         icons = {
+            "continue": ("history", "info"),
             "start": ("play", "primary"),
             "pause": ("pause", ""),
             "resume": ("step-forward", ""),
@@ -264,6 +272,11 @@ class Panel:
             layout.append(widgets.HBox(boxes[i : i + 2]))
         self.widget = widgets.VBox(layout)
         self.widget.add_class(css)
+        if self.earlier is not None:
+            self.say(
+                f"{self.earlier.name} left a checkpoint here: Continue carries it on (panel.run "
+                "becomes it); Start begins this new run."
+            )
         self.refresh()
 
     # --- actions ----------------------------------------------------------------------------------
@@ -272,6 +285,9 @@ class Panel:
         """Start the run in its background thread (``limits``, default the panel's) and the
         redraws; returns the panel (to show it)."""
         self.run.start(**(limits or self.limits))
+        if "continue" in self.buttons:  # a new run began: the earlier one stays as it is
+            self.buttons.pop("continue").layout.display = "none"
+            self.earlier = None
         self.watch()
         self.refresh()
         return self
@@ -296,6 +312,9 @@ class Panel:
         try:
             if name == "start":
                 self.start()
+            elif name == "continue":
+                self.continue_earlier()
+                return
             elif name == "pause":
                 self.run.pause(wait=False)
             elif name == "resume":
@@ -322,6 +341,29 @@ class Panel:
             self.say(f"not applied: {error}", "#b00020")
             self.sync_controls()
         self.refresh()
+
+    def continue_earlier(self) -> Any:
+        """Carry on the earlier run this panel found (``earlier``): ``panel.run`` becomes that run,
+        continued from its checkpoint (``resumed_run``), its rows drawn; Start runs it on."""
+        folder = self.earlier
+        if folder is None:
+            raise RuntimeError("this panel found no earlier run to continue")
+        self.run = self.resumed_run(folder)
+        self.earlier = None
+        self.buttons.pop("continue").layout.display = "none"
+        self._drawn = 0
+        self.sync_controls()
+        self.refresh()
+        self.say(
+            f"continuing {self.run.name} from {self.run.env_steps:,} env steps: panel.run is "
+            "that run now; Start carries it on"
+        )
+        return self.run
+
+    def resumed_run(self, folder: Any) -> Any:
+        """The run of ``folder`` continued from its checkpoint (a kind whose ``from_checkpoint``
+        needs more, such as ``Run``'s learner, says so in its panel)."""
+        return type(self.run).from_checkpoint(folder)
 
     def sync_controls(self) -> None:
         """Move the controls to the run's current settings (without writing them back)."""

@@ -195,6 +195,9 @@ class RunPanel(Panel):
         settings = self.run.settings.current
         self.syncing = True
         try:
+            # a continued run may bring values the sliders did not offer
+            self.envs.options = _with(settings.num_envs, tuple(self.envs.options))
+            self.horizon.options = _with(settings.horizon, tuple(self.horizon.options))
             self.envs.value = settings.num_envs
             self.horizon.value = settings.horizon
             minibatches = settings.batch_size // settings.minibatch_size
@@ -203,6 +206,13 @@ class RunPanel(Panel):
             self.learner.value = self._learner_label(settings.learner_devices)
         finally:
             self.syncing = False
+
+    def resumed_run(self, folder: Any) -> Any:
+        """``Run.from_checkpoint`` with this panel's run's learner, whose weights and optimizer
+        the checkpoint's replace (a ``Run`` cannot rebuild its learner from a file)."""
+        return type(self.run).from_checkpoint(
+            folder, self.run.algo, learner_factory=self.run.learner_factory
+        )
 
     def _status_parts(self, row: dict) -> list[str]:
         settings = self.run.settings.applied

@@ -126,6 +126,13 @@ class ApexPanel(Panel):
             css="workbench-apex-panel",
         )
 
+    def resumed_run(self, folder: Any) -> Any:
+        """``Apex.from_checkpoint`` on this run's transport and device."""
+        run = self.run
+        return type(run).from_checkpoint(
+            folder, transport=run.transport_name, device=str(run.device)
+        )
+
     def _status_parts(self, row: dict) -> list[str]:
         parts = [
             f"replay {row['apex/replay_size']:,}",

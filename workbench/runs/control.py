@@ -32,7 +32,9 @@ __all__ = [
     "RunControl",
     "default_name",
     "default_runs_dir",
+    "earlier_run",
     "interrupt_stops",
+    "safe_label",
 ]
 
 STATUSES = ("created", "running", "paused", "stopping", "finished", "stopped", "failed")
@@ -56,10 +58,31 @@ def default_runs_dir() -> str:
     return os.environ.get("WORKBENCH_RUNS_DIR", "runs")
 
 
+def safe_label(label: str) -> str:
+    """``label`` as it ends a default run name (characters a folder name may hold)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label)
+
+
+def earlier_run(runs_dir: Path, name: str, label: str) -> Path | None:
+    """What a kernel restart left to continue: the newest folder in ``runs_dir`` holding a
+    checkpoint that is either ``name``'s own (a run named by hand, made again) or one of the
+    default names of ``label`` (``<date>_<time>_<label>``) other than ``name``."""
+    pattern = re.compile(
+        r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_" + re.escape(safe_label(label)) + r"(-\d+)?"
+    )
+    found = [
+        folder
+        for folder in (runs_dir.iterdir() if runs_dir.is_dir() else ())
+        if (folder.name == name or pattern.fullmatch(folder.name))
+        and (folder / "checkpoint.pt").is_file()
+    ]
+    return max(found, key=lambda folder: (folder / "checkpoint.pt").stat().st_mtime, default=None)
+
+
 def default_name(label: str, runs_dir: Path) -> str:
     """The creation time and ``label``, made unique in ``runs_dir``."""
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    base = f"{stamp}_{re.sub(r'[^A-Za-z0-9._-]+', '-', label)}"
+    base = f"{stamp}_{safe_label(label)}"
     name, n = base, 1
     while (runs_dir / name).exists():
         n += 1

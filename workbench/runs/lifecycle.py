@@ -94,7 +94,7 @@ class RunLifecycle:
         log_every: int = 0,
     ) -> None:
         runs = Path(runs_dir if runs_dir is not None else default_runs_dir())
-        self.name = name or default_name(label, runs)
+        self.name, self.label = name or default_name(label, runs), label
         self.dir = runs / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"

@@ -409,6 +409,8 @@ class Panel:
                     chart.extend(metric_rows)
             for event in (row for row in rows if "event" in row):
                 self.events.append(event)
+                if event["event"] == "checkpoint":  # every few minutes: not worth a line
+                    continue
                 if event["event"] == "settings_refused":
                     self.say(f"the run refused {event['new']}: {event.get('error', '')}", "#b00020")
                     self.sync_controls()

@@ -14,12 +14,11 @@ first Ctrl-C stops it cleanly at the step's end. Every run writes ``<runs_dir>/<
 ``checkpoint_every`` rows if set, and when the loop ends; the one before kept: ``checkpoints``),
 and ``Kind.from_checkpoint(...)`` continues a run from its counters, weights and RNG states.
 
-The four limits are one vocabulary for every kind (``Limits``): env steps, learner updates, wall
-seconds (of this run, over its segments) and a target return (on the kind's ``target_metric``
-row key). A kind provides the steps of its loop:
+The four limits are one vocabulary (``Limits``): env steps, updates, wall seconds (over the run's
+segments) and a target return (the kind's ``target_metric``). A kind provides its loop's steps:
 
-* ``open_loop()`` / ``close_loop()``: start and end what the loop needs (samplers, processes);
-  ``final_row()``: a last row when the loop ends between rows;
+* ``open_loop()`` / ``close_loop()`` / ``final_row()``: start and end what the loop needs, a row
+  at its end;
 * ``step() -> dict | None``: one step of the loop; a row of the kind's own metrics, or None when
   no row is due. The life cycle counts rows (``iteration``), adds the shared ``charts/...`` keys,
   writes the row, and checks the limits;
@@ -27,9 +26,8 @@ row key). A kind provides the steps of its loop:
 * ``run_state()`` / ``load_run_state(state)``: what a checkpoint holds beyond the shared counters
   (model, optimizer, counters of the kind); ``header()``: what a header line says of the kind.
 
-A kind counts ``env_steps`` and ``updates`` and reports finished episodes (``record_episodes``).
-A failure never passes silently: ``status == "failed"``, ``error`` holds the exception and
-``error_traceback`` its traceback, which is also printed. Threads and status: ``control``.
+A kind counts ``env_steps`` and ``updates`` and reports episodes (``record_episodes``). A failure
+is never silent: ``status == "failed"``, ``error``, ``error_traceback`` (printed). ``control``.
 """
 
 from __future__ import annotations
@@ -391,8 +389,12 @@ class RunLifecycle:
         if error is not None:
             self.error = error
             self.error_traceback = "".join(traceback.format_exception(error))
+            kept = (
+                self.checkpoint_path.exists()
+                and f"; {self.checkpoint_path} is kept for from_checkpoint"
+            )
             print(
-                f"Run {self.name!r} failed after {self.env_steps} env steps:\n"
+                f"Run {self.name!r} failed after {self.env_steps} env steps{kept or ''}:\n"
                 f"{self.error_traceback}",
                 file=sys.stderr,
                 flush=True,

@@ -5,7 +5,8 @@ The learner and the inference server share one Ray actor on the driver's node (S
 parameters never travel to the actors); env-only actors are Ray actors placed over both nodes.
 Specified here: an R2D2 run trains on sequences from both nodes (checked by node id), a killed
 env actor is restarted, actors are added and retired live, a stopped run resumes from its
-checkpoint, the panel steers it, and a stop leaves no Ray actor behind. Notebook 10's checked
+checkpoint, the panel steers it, a stop leaves no Ray actor behind, and (last: it removes a node)
+SEED and Ape-X go on when the worker node with some of their actors dies. Notebook 10's checked
 cells hold the rest on two nodes: V-trace learning with actors on both nodes (its target at each
 budget; notebook 07's holds the recipe to 475 on one machine), and Ape-X with its replay on the
 node asked for, actors on both nodes, every actor feeding the one replay (that no Ape-X Ray actor
@@ -22,6 +23,8 @@ from processes import ray_actor_pids
 
 ray = pytest.importorskip("ray", reason='Ray needs pip install "workbench[distributed]"')
 
+from workbench.apex import Apex, ApexConfig  # noqa: E402
+from workbench.learners import DQNConfig  # noqa: E402
 from workbench.seed import SEED_RECIPES, Seed  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -164,3 +167,60 @@ def test_the_seed_panel_steers_a_ray_run(two_nodes, tmp_path):
         panel.stop()
     assert run.status == "stopped"
     assert_no_ray_actor_left()
+
+
+def test_seed_and_apex_go_on_when_a_node_with_their_actors_dies(two_nodes, tmp_path):
+    """Last in this module: it removes the cluster's worker node, as a machine that fails would
+    go. A SEED V-trace run and an Ape-X run, each with an actor on both nodes, go on: the actors
+    of the lost node restart after their backoff on the node left (event rows), the learners,
+    SEED's server and Ape-X's replay (on the head) keep their data and learn on."""
+    seed = Seed(VTRACE_ON_RAY, runs_dir=tmp_path / "seed", log_interval=0.5)
+    apex_config = ApexConfig(
+        env_id="CartPole-v1",
+        agent=DQNConfig(batch_size=32, replay_capacity=20_000),
+        model_options=dict(hidden=(32, 32)),
+        num_actors=2,
+        learning_starts=200,
+    )
+    apex = Apex(apex_config, transport="ray", runs_dir=tmp_path / "apex", log_interval=0.5)
+    (worker,) = two_nodes.cluster.worker_nodes
+    runs = (seed, apex)
+    for run in runs:
+        run.start(seconds=500)
+    try:
+        wait_for(lambda: all(metric_rows(r) and r.updates >= 3 for r in runs), 240, runs, "3")
+        placed = {run: nodes_of(run) for run in runs}
+        lost = {run: [i for i, n in placed[run].items() if n == worker.node_id] for run in runs}
+        assert all(lost.values()), placed  # each has an actor on the worker node
+        replay_at_loss = metric_rows(apex)[-1]["apex/replay_size"]
+        two_nodes.cluster.remove_node(worker)
+        updates_at_loss = {run: run.updates for run in runs}
+
+        def recovered(run) -> bool:
+            nodes = nodes_of(run)
+            moved = all(i in nodes and nodes[i] != worker.node_id for i in lost[run])
+            return moved and run.updates >= updates_at_loss[run] + 20
+
+        wait_for(lambda: all(recovered(r) for r in runs), 240, runs, "actors moved, 20 updates")
+        for run in runs:
+            kinds = {e["event"] for e in run.events}
+            assert {"actor_restart", "actor_restarted"} & kinds, run.events
+            assert run.status == "running"
+        assert metric_rows(apex)[-1]["apex/replay_size"] > replay_at_loss  # the replay kept it
+    finally:
+        for run in runs:
+            assert run.stop() == "stopped", run.error
+
+
+def nodes_of(run) -> dict[int, str]:
+    """Actor index -> node id (Ape-X asks its transport, SEED its run)."""
+    return run.transport.actor_nodes() if isinstance(run, Apex) else run.actor_nodes()
+
+
+def wait_for(condition, seconds: float, runs, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        for run in runs:
+            assert run.error is None, run.error
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.2)

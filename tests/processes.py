@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
 import time
 
 import psutil
@@ -54,3 +56,16 @@ def ray_actor_pids(*class_names: str) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return pids
+
+
+def first_line(process: subprocess.Popen, seconds: float) -> str:
+    """The first line a holder process prints (its pids, as JSON); fails the test, with the
+    holder's stderr, when none comes within ``seconds``."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(process.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    if not (box and box[0]):
+        stderr = process.stderr.read() if process.poll() is not None else ""
+        raise AssertionError(f"the holder printed nothing in {seconds:.0f} s: {stderr[-3000:]}")
+    return box[0]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from processes import wait_gone
+from processes import first_line, wait_gone
 
 from workbench.apex import Apex
 from workbench.learners import PPO, PPOConfig
@@ -174,12 +174,7 @@ def kill_after_a_checkpoint(kind: str, runs_dir: Path) -> tuple[dict, list[int]]
         cwd=HOLDER.parents[2],
     )
     try:
-        box: list[str] = []
-        reader = threading.Thread(target=lambda: box.append(process.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(180)
-        assert box and box[0], f"the holder printed nothing in 180 s: {process.stderr.read()}"
-        children = json.loads(box[0])["children"]
+        children = json.loads(first_line(process, 180))["children"]
         metrics = runs_dir / "killed" / "metrics.jsonl"
         saved = load_checkpoint_file(runs_dir / "killed")
         deadline = 120

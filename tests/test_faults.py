@@ -21,6 +21,14 @@ from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.faults import NonFiniteLoss, check_finite
 from workbench.seed import SEED_RECIPES, Seed
 
+ONE_ACTOR_CARTPOLE = ApexConfig(  # a small Ape-X: one actor, learning after 200 transitions
+    env_id="CartPole-v1",
+    agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+    model_options=dict(hidden=(32, 32)),
+    num_actors=1,
+    learning_starts=200,
+)
+
 
 def poison(owner, at_update: int) -> None:
     """Make ``owner.update`` report a NaN policy loss from its ``at_update``-th call on."""
@@ -69,13 +77,7 @@ def test_a_nan_loss_stops_a_seed_run_with_its_batch(tmp_path):
 
 @pytest.mark.slow
 def test_a_nan_loss_stops_an_apex_run_with_its_batch(tmp_path):
-    config = ApexConfig(
-        env_id="CartPole-v1",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
-        model_options=dict(hidden=(32, 32)),
-        num_actors=1,
-        learning_starts=200,
-    )
+    config = ONE_ACTOR_CARTPOLE
     apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.5)
     poison(apex.agent, at_update=5)
     with pytest.raises(NonFiniteLoss, match="at update 5"):
@@ -107,13 +109,7 @@ def test_a_restart_waits_longer_each_time_and_a_fourth_death_within_the_window_i
 def test_an_apex_actor_killed_again_and_again_is_restarted_after_a_backoff_then_ends_the_run(
     tmp_path,
 ):
-    config = ApexConfig(
-        env_id="CartPole-v1",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
-        model_options=dict(hidden=(32, 32)),
-        num_actors=1,
-        learning_starts=200,
-    )
+    config = ONE_ACTOR_CARTPOLE
     apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.3)
     apex.restart_budget = RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
     killed: set[int] = set()

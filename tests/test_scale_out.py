@@ -5,12 +5,14 @@ The learner and the inference server share one Ray actor on the driver's node (S
 parameters never travel to the actors); env-only actors are Ray actors placed over both nodes.
 Specified here: an R2D2 run trains on sequences from both nodes (checked by node id), a killed
 env actor is restarted, actors are added and retired live, a stopped run resumes from its
-checkpoint, the panel steers it, a stop leaves no Ray actor behind, and (last: it removes a node)
-SEED and Ape-X go on when the worker node with some of their actors dies. Notebook 10's checked
-cells hold the rest on two nodes: V-trace learning with actors on both nodes (its target at each
-budget; notebook 07's holds the recipe to 475 on one machine), and Ape-X with its replay on the
-node asked for, actors on both nodes, every actor feeding the one replay (that no Ape-X Ray actor
-outlives its transport's close or its run's stop: tests/test_apex_transports.py, test_cluster.py).
+checkpoint, the panel steers it, a stop leaves no Ray actor behind, and (last: they remove nodes)
+SEED and Ape-X go on when the worker node with some of their actors dies, and stop with a clear
+error, then resume on the nodes left, when the node with SEED's learner or Ape-X's replay dies.
+Notebook 10's checked cells hold the rest on two nodes: V-trace learning with actors on both
+nodes (its target at each budget; notebook 07's holds the recipe to 475 on one machine), and Ape-X
+with its replay on the node asked for, actors on both nodes, every actor feeding the one replay
+(that no Ape-X Ray actor outlives its transport's close or its run's stop:
+tests/test_apex_transports.py, test_cluster.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ray = pytest.importorskip("ray", reason='Ray needs pip install "workbench[distri
 
 from workbench.apex import Apex, ApexConfig  # noqa: E402
 from workbench.learners import DQNConfig  # noqa: E402
+from workbench.restarts import RoleLost  # noqa: E402
 from workbench.seed import SEED_RECIPES, Seed  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -224,3 +227,68 @@ def wait_for(condition, seconds: float, runs, what: str) -> None:
             assert run.error is None, run.error
         assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
         time.sleep(0.2)
+
+
+def test_a_run_whose_learner_or_replay_node_dies_stops_and_resumes_on_the_nodes_left(
+    two_nodes, tmp_path
+):
+    """After the module's node loss: a node joins, SEED's learner (with its server) and Ape-X's
+    replay are pinned to it, and it dies. Those roles hold the runs' state, so neither is
+    restarted: each run stops with a ``RoleLost`` that names the role, the node and the call that
+    continues; the saved config, naming the dead node, is refused with the fix; each run then
+    continues from its last timed checkpoint on the node left, with its counters."""
+    joined = two_nodes.add_node()
+    seed = Seed(
+        replace(VTRACE_ON_RAY, learner_node=joined.node_id),
+        runs_dir=tmp_path / "seed",
+        log_interval=0.5,
+        checkpoint_seconds=3,
+    )
+    apex_config = ApexConfig(
+        env_id="CartPole-v1",
+        agent=DQNConfig(batch_size=32, replay_capacity=20_000),
+        model_options=dict(hidden=(32, 32)),
+        num_actors=2,
+        learning_starts=200,
+        replay_node=joined.node_id,
+    )
+    apex = Apex(
+        apex_config,
+        transport="ray",
+        runs_dir=tmp_path / "apex",
+        log_interval=0.5,
+        checkpoint_seconds=3,
+    )
+    runs = (seed, apex)
+    for run in runs:
+        run.start(seconds=500)
+    def saved_after_updates(run) -> bool:
+        return any(e["event"] == "checkpoint" and e["charts/updates"] >= 3 for e in run.events)
+
+    wait_for(lambda: all(saved_after_updates(r) for r in runs), 240, runs, "a checkpoint")
+    two_nodes.cluster.remove_node(joined)
+    for run in runs:
+        with pytest.raises(RoleLost):
+            run.wait(timeout=120)
+        assert run.status == "failed"
+    roles = {seed: ("SEED's learner", "learner_node"), apex: ("Ape-X's replay", "replay_node")}
+    for run, (role, setting) in roles.items():
+        message = str(run.error)
+        assert isinstance(run.error, RoleLost), repr(run.error)
+        assert role in message and joined.node_id in message and "left the cluster" in message
+        assert f"from_checkpoint({str(run.dir)!r}" in message and f"{setting}=None" in message
+    resumed = {}
+    for kind, run in ((Seed, seed), (Apex, apex)):
+        options = {} if kind is Seed else {"transport": "ray"}
+        saved = kind.from_checkpoint(run.dir, **options)
+        with pytest.raises(ValueError, match=f"{roles[run][1]}=None"):
+            saved.run(seconds=saved.wall_seconds + 60)
+        setting = {roles[run][1]: None}
+        again = kind.from_checkpoint(run.dir, config=replace(run.config, **setting), **options)
+        assert 3 <= again.updates <= run.updates
+        resumed[again] = again.updates
+        again.start(updates=again.updates + 10)
+    for again, at_checkpoint in resumed.items():
+        assert again.wait(timeout=240) == "finished"
+        assert again.updates >= at_checkpoint + 10
+    assert_no_ray_actor_left()

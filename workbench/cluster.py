@@ -47,7 +47,9 @@ __all__ = [
     "live_nodes",
     "local_ray",
     "node_for",
+    "node_left",
     "node_strategy",
+    "pinned_node",
     "private_ray",
     "release_ray",
     "shutdown",
@@ -101,6 +103,18 @@ class PrivateRay:
     """Started by ``ensure_ray`` for a run (which ends it), not by the user."""
     users: int = 0
     saved_env: dict = field(default_factory=dict)
+    node_options: dict = field(default_factory=dict)
+    """The options a simulated cluster's nodes started with."""
+
+    def add_node(self) -> Any:
+        """Another worker node of a simulated cluster, started as its first ones were (a machine
+        that joins); returns ``ray.cluster_utils``' node (its ``node_id``)."""
+        if self.cluster is None:
+            raise ValueError("add_node needs a simulated cluster (cluster.simulated_cluster)")
+        with _marking(self):
+            node = self.cluster.add_node(**self.node_options)
+        self.cluster.wait_for_nodes()
+        return node
 
     def processes(self) -> list:
         """Its live processes (``psutil.Process``): GCS, raylets, agents, workers."""
@@ -204,6 +218,7 @@ def simulated_cluster(nodes: int = 2, cpus_per_node: int = 1) -> PrivateRay:
             include_dashboard=False,
             temp_dir=os.path.join(instance.temp_dir, "ray"),
         )
+        instance.node_options = options
         with _marking(instance):
             instance.cluster = Cluster(initialize_head=True, head_node_args=options)
             for _ in range(nodes - 1):
@@ -327,6 +342,29 @@ def this_node() -> str:
 def live_nodes() -> list[str]:
     """The ids of the cluster's live nodes, sorted (a stable round-robin order)."""
     return sorted(node["NodeID"] for node in import_ray().nodes() if node["Alive"])
+
+
+def pinned_node(node_id: str | None, setting: str) -> str:
+    """The node a role is pinned to: ``node_id``, or this process's when None. A node that is not
+    live is refused with an error naming ``setting``: Ray would wait for it forever (a resumed
+    run's saved config may name a node that has since left the cluster)."""
+    if node_id is None:
+        return this_node()
+    live = live_nodes()
+    if node_id not in live:
+        field = setting.rsplit(".", 1)[-1]
+        raise ValueError(
+            f"{setting} {node_id!r} is not a live node of this Ray cluster (live: {live}). Name "
+            f"one of them, or None for this process's node; a run continued from a checkpoint "
+            f"keeps its saved config, so pass config=dataclasses.replace(config, {field}=None) to "
+            "from_checkpoint."
+        )
+    return node_id
+
+
+def node_left(node_id: str | None) -> bool:
+    """Whether ``node_id`` has left the cluster (False when None: not known)."""
+    return node_id is not None and node_id not in live_nodes()
 
 
 def node_for(index: int) -> Any:

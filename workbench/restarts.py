@@ -6,6 +6,11 @@ run restarts a dead actor at most ``max_restarts`` times within ``window`` secon
 ``backoff * 2**k`` seconds before the k-th of those (at most ``max_backoff``), and fails with an
 error that names the actor and its last exit when it dies once more (Ray's ``max_restarts`` and
 Kubernetes' crash-loop backoff have the same two parts).
+
+A role that holds the run's state is not restarted: SEED's learner with its inference server,
+Ape-X's central replay. When its Ray actor dies (most often with its node) the run stops with
+``RoleLost``, which names the role, its node and how to continue from the last checkpoint on the
+nodes left (the run's life cycle fills in the checkpoint: ``RoleLost.keep``).
 """
 
 from __future__ import annotations
@@ -13,11 +18,49 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-__all__ = ["ActorKeepsDying", "RestartBudget"]
+__all__ = ["ActorKeepsDying", "RestartBudget", "RoleLost"]
 
 
 class ActorKeepsDying(RuntimeError):
     """An actor died more often than its ``RestartBudget`` allows."""
+
+
+class RoleLost(RuntimeError):
+    """A role the run cannot restart, because it held the run's state, is gone with its Ray actor.
+
+    Args:
+        role: what it was (``"SEED's learner and inference server"``).
+        node_id: the node it ran on, None when not known.
+        node_left: whether that node has left the cluster (else the actor alone died).
+        cause: the first line of Ray's error.
+        resume: how to continue, with ``{checkpoint}`` where the run's folder goes.
+    """
+
+    def __init__(
+        self, role: str, node_id: str | None, node_left: bool, cause: str, resume: str
+    ) -> None:
+        self.role, self.node_id, self.node_left = role, node_id, node_left
+        self.cause, self.resume = cause, resume
+        self.checkpoint: str | None = None
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        where = f" on node {self.node_id}" if self.node_id else ""
+        how = "its node left the cluster" if self.node_left else "its Ray actor died"
+        folder = repr(self.checkpoint) if self.checkpoint else "<the run's folder>"
+        return (
+            f"{self.role}{where} is gone: {how} ({self.cause}). The run stopped, as it cannot go "
+            f"on without it. Continue from its last checkpoint on the nodes left: "
+            + self.resume.format(checkpoint=folder)
+        )
+
+    def keep(self, folder: object, checkpoint: object) -> None:
+        """Name the run's ``folder`` in the message when its ``checkpoint`` file is there."""
+        from pathlib import Path
+
+        if Path(str(checkpoint)).exists():
+            self.checkpoint = str(folder)
+        self.args = (self.describe(),)
 
 
 class RestartBudget:

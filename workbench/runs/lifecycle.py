@@ -44,6 +44,7 @@ from typing import Any, Self
 
 from workbench import system
 from workbench.progress import follow as progress_bar
+from workbench.restarts import RoleLost
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS, CheckpointWriter, save_atomically
 from workbench.runs.control import (
     ENDED,
@@ -384,7 +385,7 @@ class RunLifecycle:
                 self.save_checkpoint()
             except Exception as exc:
                 outcome, error = "failed", exc
-        if isinstance(error, NonFiniteLoss):  # the batch kept, the last good checkpoint named
+        if isinstance(error, (NonFiniteLoss, RoleLost)):  # the last good checkpoint named
             error.keep(self.dir, self.checkpoint_path)
         if error is not None:
             self.error = error

@@ -283,7 +283,12 @@ class Seed(RunLifecycle):
 
     def step(self) -> dict[str, Any] | None:
         transport = self.transport
-        transport.check()
+        try:
+            transport.check()
+        except RuntimeError:
+            if self._remote is not None:  # its server gone: a RoleLost if the learner went too
+                self._remote.call("progress")
+            raise
         self._report_actor_events()
         if self.learning is not None:
             metrics = self.learning.learn(transport.wait_seconds)

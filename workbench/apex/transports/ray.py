@@ -22,7 +22,22 @@ import torch
 from workbench.apex.actor import ApexActor
 from workbench.apex.config import ApexConfig
 from workbench.apex.replay_server import ReplayServer
-from workbench.cluster import acquire_ray, node_for, node_strategy, release_ray
+from workbench.cluster import (
+    acquire_ray,
+    node_for,
+    node_left,
+    node_strategy,
+    pinned_node,
+    release_ray,
+)
+from workbench.restarts import RoleLost
+
+REPLAY_LOST = (
+    "Apex.from_checkpoint({checkpoint}, transport='ray', "
+    "config=dataclasses.replace(config, replay_node=None)) starts a new replay on the learner's "
+    "node, which the actors refill (a checkpoint does not hold the replay)."
+)
+"""How to continue when the replay's node dies (``RoleLost``)."""
 
 STARTUP_SECONDS = 180.0
 """How long ``actor_pids`` waits for actors still running their constructors (under
@@ -82,7 +97,11 @@ class RayTransport:
     def __init__(self, config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> None:
         ray = self.ray = acquire_ray()
         self.config = config
-        self.replay_node = config.replay_node or ray.get_runtime_context().get_node_id()
+        try:
+            self.replay_node = pinned_node(config.replay_node, "ApexConfig.replay_node")
+        except BaseException:
+            release_ray()
+            raise
         # num_cpus=0: the roles are scheduled by placement, not by CPU accounting, so a 2-core
         # machine runs 16 actors (as the local back end does).
         self.replay = (
@@ -189,7 +208,7 @@ class RayTransport:
         done, _ = self.ray.wait([self._samples[0]], timeout=timeout)
         if not done:
             return None
-        sample = self.ray.get(self._samples.popleft())
+        sample = self._from_replay(self._samples.popleft())
         if sample is None:  # the replay is warming up: the learner asks again
             time.sleep(min(timeout, 0.02))
             return None
@@ -200,15 +219,26 @@ class RayTransport:
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         self._priority_refs.append(self.replay.update_priorities.remote(indices, priorities))
         while len(self._priority_refs) > 4:  # bound what is queued at the replay
-            self.ray.get(self._priority_refs.popleft())
+            self._from_replay(self._priority_refs.popleft())
 
     def stats(self) -> dict[str, Any]:
         self._poll()
-        return self.ray.get(self.replay.take_stats.remote(), timeout=60)
+        return self._from_replay(self.replay.take_stats.remote(), timeout=60)
 
     def replay_node_id(self) -> str:
         """The node the replay actor runs on (asked of it)."""
-        return self.ray.get(self.replay.node_id.remote(), timeout=60)
+        return self._from_replay(self.replay.node_id.remote(), timeout=60)
+
+    def _from_replay(self, ref: Any, timeout: float | None = None) -> Any:
+        """The replay's answer; its actor's death (its node's, most often) is a ``RoleLost``: the
+        run cannot go on without the data it held."""
+        try:
+            return self.ray.get(ref, timeout=timeout)
+        except self.ray.exceptions.RayActorError as error:
+            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise RoleLost(
+                "Ape-X's replay", self.replay_node, node_left(self.replay_node), cause, REPLAY_LOST
+            ) from None
 
     def actor_nodes(self) -> dict[int, str]:
         """The node id of each actor (index -> node id), asked of each (``ask_actors``)."""

@@ -22,7 +22,8 @@ import threading
 import traceback
 from typing import Any
 
-from workbench.cluster import ensure_ray, node_strategy
+from workbench.cluster import ensure_ray, node_left, node_strategy, pinned_node
+from workbench.restarts import RoleLost
 from workbench.seed.transports.ray_server import RayInferenceServer
 
 __all__ = ["RaySeedLearner", "RemoteLearning"]
@@ -31,6 +32,11 @@ __all__ = ["RaySeedLearner", "RemoteLearning"]
 LEARN_WAIT = 0.05
 #: Seconds a call of the run to the learner's actor may take before the run fails with the reason.
 CALL_TIMEOUT = 120.0
+#: How to continue when the learner's node dies (``RoleLost``).
+LEARNER_LOST = (
+    "Seed.from_checkpoint({checkpoint}, config=dataclasses.replace(config, learner_node=None)) "
+    "starts its learner and server on this process's node."
+)
 
 
 class RaySeedLearner(RayInferenceServer):
@@ -156,18 +162,20 @@ def cpu(value: Any) -> Any:
 
 class RemoteLearning:
     """The run's handle on its learner's Ray actor (``Seed`` with ``transport="ray"``): blocking
-    calls with a time limit, the actor's death as a ``RuntimeError`` naming it.
+    calls with a time limit, the actor's death as a ``RoleLost`` naming it, its node, and how to
+    continue.
 
     Args:
         config, device, state: the ``RaySeedLearner``'s (``state``: to continue from, or None).
-        node_id: the node it runs on (None: this process's).
+        node_id: the node it runs on (None: this process's; one not live is refused).
     """
 
     def __init__(
         self, config: Any, *, device: str = "cpu", node_id: str | None = None, state: Any = None
     ) -> None:
         self.ray = ensure_ray()
-        self.actor = RaySeedLearner.launch(config, device=device, node_id=node_id, state=state)
+        self.node_id = pinned_node(node_id, "SeedConfig.learner_node")
+        self.actor = RaySeedLearner.launch(config, device=device, node_id=self.node_id, state=state)
 
     def call(self, method: str, *args: Any) -> Any:
         """``method(*args)`` on the actor, waited for."""
@@ -175,8 +183,13 @@ class RemoteLearning:
         try:
             return ray.get(getattr(self.actor, method).remote(*args), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayActorError as error:
-            raise RuntimeError(
-                f"the learner's Ray actor died: {str(error).splitlines()[0]}"
+            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise RoleLost(
+                "SEED's learner and inference server",
+                self.node_id,
+                node_left(self.node_id),
+                cause,
+                LEARNER_LOST,
             ) from None
 
     def close(self) -> dict[str, Any] | None:

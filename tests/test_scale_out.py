@@ -262,6 +262,7 @@ def test_a_run_whose_learner_or_replay_node_dies_stops_and_resumes_on_the_nodes_
     runs = (seed, apex)
     for run in runs:
         run.start(seconds=500)
+
     def saved_after_updates(run) -> bool:
         return any(e["event"] == "checkpoint" and e["charts/updates"] >= 3 for e in run.events)
 

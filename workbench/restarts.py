@@ -64,8 +64,8 @@ class RoleLost(RuntimeError):
 
 
 class RestartBudget:
-    """Per actor: at most ``max_restarts`` restarts within ``window`` seconds, each after a wait
-    that doubles from ``backoff`` up to ``max_backoff`` seconds."""
+    """Per actor (or sampler worker): at most ``max_restarts`` restarts within ``window`` seconds,
+    each after a wait that doubles from ``backoff`` up to ``max_backoff`` seconds."""
 
     def __init__(
         self,
@@ -74,6 +74,7 @@ class RestartBudget:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         clock=time.monotonic,
+        noun: str = "actor",
     ) -> None:
         if max_restarts < 0 or window <= 0 or backoff < 0 or max_backoff < backoff:
             raise ValueError(
@@ -83,6 +84,8 @@ class RestartBudget:
         self.max_restarts, self.window = max_restarts, window
         self.backoff, self.max_backoff = backoff, max_backoff
         self.clock = clock
+        self.noun = noun
+        """What restarts (``"actor"``, a sampler's ``"worker"``), for the message."""
         self.restarts: dict[int, list[float]] = defaultdict(list)
         """Per actor, when it was restarted (the clock's seconds)."""
 
@@ -98,7 +101,7 @@ class RestartBudget:
         recent = self.recent(actor)
         if recent >= self.max_restarts:
             raise ActorKeepsDying(
-                f"actor {actor} died {recent + 1} times within {self.window:g} s"
+                f"{self.noun} {actor} died {recent + 1} times within {self.window:g} s"
                 + (f" (last: {detail})" if detail else "")
                 + "; it is not restarted again. Its errors are in the run's events: fix what "
                 "kills it (its env, its options, memory), then continue from the checkpoint."

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from workbench.envs import env_spaces
+from workbench.restarts import ActorKeepsDying, RestartBudget
 from workbench.rollout import Rollout
 from workbench.sampling.buffers import PolicyMemory, RolloutBuffers, check_sizes, output_specs
 from workbench.system import resolve_device
@@ -32,7 +33,8 @@ from workbench.system import resolve_device
 __all__ = ["MAX_RESTARTS_PER_MINUTE", "Sampler"]
 
 #: A worker that dies more often than this within a minute is not restarted again: the collect
-#: fails with the reason (an env that crashes at reset would otherwise restart forever).
+#: fails with the reason (an env that crashes at reset would otherwise restart forever). Each
+#: restart waits first, 0.5 s doubling (``restarts.RestartBudget``, as Ape-X's and SEED's actors).
 MAX_RESTARTS_PER_MINUTE = 3
 
 
@@ -70,7 +72,8 @@ class Sampler:
         self._outputs: dict[str, torch.Tensor] | None = None
         self._outputs_memory = PolicyMemory()
         self._has_value = False
-        self._restart_times: list[float] = []
+        self.restart_budget = RestartBudget(MAX_RESTARTS_PER_MINUTE, noun="worker")
+        """How often a dead worker is restarted, and after what wait."""
 
     def env_seed(self) -> int:
         """The base seed of the envs started now (env ``i`` gets ``env_seed() + i``)."""
@@ -83,20 +86,27 @@ class Sampler:
         events, self.events = self.events, []
         return events
 
-    def record_restarts(self, events: list[dict[str, Any]], cause: BaseException) -> None:
-        """Keep restart events; raise ``cause`` instead once workers die too often."""
-        now = time.monotonic()
-        self._restart_times = [t for t in self._restart_times if t > now - 60.0] + [now] * len(
-            events
-        )
-        if not events or len(self._restart_times) > MAX_RESTARTS_PER_MINUTE:
+    def wait_to_restart(self, workers: list[int], cause: BaseException) -> float:
+        """Wait the restart budget's backoff before the dead ``workers`` start again (0.5 s, then
+        1, then 2 for a worker that died again within the minute); returns the seconds waited.
+        Raises instead once one has died too often, or when none is dead."""
+        if not workers:
+            raise RuntimeError(f"{type(self).__name__}: {cause}") from cause
+        try:
+            wait = max(self.restart_budget.delay(i, f"{cause}") for i in workers)
+        except ActorKeepsDying as error:
             raise RuntimeError(
-                f"{type(self).__name__}: {cause}; workers died {len(self._restart_times)} times "
-                "within a minute, so they are not restarted again. Check the env (an error in its "
-                "step or reset) and make a new sampler."
+                f"{type(self).__name__}: {error} Check the env (an error in its step or reset), "
+                "then make a new sampler."
             ) from cause
+        time.sleep(wait)
+        return wait
+
+    def record_restarts(self, events: list[dict[str, Any]], waited: float) -> None:
+        """Keep the restart events (each with the seconds waited before it)."""
         for event in events:
-            event["time"] = time.time()
+            self.restart_budget.restarted(event["worker"])
+            event["time"], event["after_seconds"] = time.time(), waited
         self.events.extend(events)
 
     # --- the policy on the inference device ---------------------------------------------------

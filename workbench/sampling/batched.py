@@ -75,8 +75,9 @@ def _collect(
         except WorkerDied as death:
             workers.drain(sampler.buffers.latest_row)
             sampler.generation += 1  # the restarted envs start a new episode stream
+            waited = sampler.wait_to_restart(workers.pool.dead(), death)
             sampler.record_restarts(
-                workers.restart_dead(sampler.env_seed(), sampler.buffers.latest_row), death
+                workers.restart_dead(sampler.env_seed(), sampler.buffers.latest_row), waited
             )
 
 

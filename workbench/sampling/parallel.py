@@ -130,8 +130,9 @@ class ParallelSampler(Sampler):
 
     def _restart_dead(self, death: WorkerDied) -> None:
         self.generation += 1  # the restarted envs start a new episode stream
-        events = []
-        for index in self._pool.dead():
+        events, dead = [], self._pool.dead()
+        waited = self.wait_to_restart(dead, death)
+        for index in dead:
             old = self._pool.processes[index]
             old.join(timeout=1.0)
             pid = self._pool.restart(index, self.env_seed())
@@ -147,7 +148,7 @@ class ParallelSampler(Sampler):
                     "pid": pid,
                 }
             )
-        self.record_restarts(events, death)
+        self.record_restarts(events, waited)
 
     def collect(self, policy: Policy) -> Rollout:
         if self.closed:

@@ -346,17 +346,3 @@ def test_replay_agent_with_frame_streams_learns_from_windows_rebuilt_from_frames
     assert (torch.as_tensor(batch["next_obs"][:, -1, 0, 0]).long() == newest + 3).all()
     # 2 x 42 x 42 frames a step, not two 4-frame stacks: under a third of the transitions' bytes
     assert agent.replay.storage.nbytes < 100 * 2 * 4 * 42 * 42 / 3
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["c51-cartpole"])
-def test_recipe_reaches_its_target_within_its_budget(name):
-    """Double + dueling + 3-step DQN with C51: mean return >= 475 within 120k steps
-    (workbench.runs.recipes). One seed here; benchmarks/learning.py checks three, and the same for
-    ``dqn-cartpole`` (this recipe less C51: notebook 05 checks each of its extensions learning)."""
-    from workbench.runs.recipes import RECIPES
-
-    recipe = RECIPES[name]
-    result = recipe.run(seed=0)
-    assert result["steps_to_target"] is not None, result["curve"][-5:]
-    assert result["steps_to_target"] <= recipe.total_steps

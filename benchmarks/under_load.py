@@ -18,7 +18,9 @@ the replay's size against its capacity). What it reports per system:
   of the run (after the replay and the actors' start-up), the figure that must stay near 0.
 
 Writes ``--out`` (JSON: machine, command, commit) and ends with ``ratios:
-seed_growth_mb_per_min=<x> apex_growth_mb_per_min=<y>``.
+seed_growth_mb_per_min=<x> apex_growth_mb_per_min=<y>``. Exits 1 when a system's growth passes
+``--bound`` MB a minute (default 10: 600 MB an hour, a day and a half to fill this 23 GB machine; a
+leak of a frame per step would pass it within the minute) or Ape-X's replay its capacity.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--seed-actors", type=int, default=64)
     parser.add_argument("--apex-actors", type=int, default=16)
+    parser.add_argument("--bound", type=float, default=10.0, help="MB/min of growth allowed")
     parser.add_argument("--out", default="data/under_load.json")
     args = parser.parse_args(argv)
     if not args.minutes > 0 or not args.every > 0 or args.seed_actors < 1 or args.apex_actors < 1:
@@ -153,7 +156,7 @@ def measure(name: str, make, actors: int, minutes: float, every: float) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     recording = record.Recording("under_load")
     results = [
@@ -168,11 +171,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['rss_growth_mb_per_min']:+.1f} MB/min over the second half",
             flush=True,
         )
+    bounded = all(r["rss_growth_mb_per_min"] <= args.bound for r in results) and all(
+        r["queue_max"] <= APEX_REPLAY for r in results if r["system"] == "apex"
+    )
     recording.finish(
-        {"runs": results},
+        {"runs": results, "bound_mb_per_min": args.bound, "within_bounds": bounded},
         {f"{r['system']}_growth_mb_per_min": r["rss_growth_mb_per_min"] for r in results},
         args.out,
     )
+    return 0 if bounded else 1
 
 
 if __name__ == "__main__":

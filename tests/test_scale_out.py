@@ -37,6 +37,14 @@ ROLES = ("RayEnvActor", "RaySeedLearner")
 # The V-trace recipe's actors on Ray: 2 actors of 8 envs each send 8 observations per request (4
 # actors of one env each reach 475 too, in about 4 minutes here instead of 1).
 VTRACE_ON_RAY = replace(VTRACE.config, transport="ray", num_actors=2, envs_per_actor=8)
+# A small Ape-X on CartPole whose actors go on both nodes (the transport is the run's).
+APEX_ON_RAY = ApexConfig(
+    env_id="CartPole-v1",
+    agent=DQNConfig(batch_size=32, replay_capacity=20_000),
+    model_options=dict(hidden=(32, 32)),
+    num_actors=2,
+    learning_starts=200,
+)
 
 
 def metric_rows(run: Seed) -> list[dict]:
@@ -178,14 +186,7 @@ def test_seed_and_apex_go_on_when_a_node_with_their_actors_dies(two_nodes, tmp_p
     of the lost node restart after their backoff on the node left (event rows), the learners,
     SEED's server and Ape-X's replay (on the head) keep their data and learn on."""
     seed = Seed(VTRACE_ON_RAY, runs_dir=tmp_path / "seed", log_interval=0.5)
-    apex_config = ApexConfig(
-        env_id="CartPole-v1",
-        agent=DQNConfig(batch_size=32, replay_capacity=20_000),
-        model_options=dict(hidden=(32, 32)),
-        num_actors=2,
-        learning_starts=200,
-    )
-    apex = Apex(apex_config, transport="ray", runs_dir=tmp_path / "apex", log_interval=0.5)
+    apex = Apex(APEX_ON_RAY, transport="ray", runs_dir=tmp_path / "apex", log_interval=0.5)
     (worker,) = two_nodes.cluster.worker_nodes
     runs = (seed, apex)
     for run in runs:
@@ -244,16 +245,8 @@ def test_a_run_whose_learner_or_replay_node_dies_stops_and_resumes_on_the_nodes_
         log_interval=0.5,
         checkpoint_seconds=3,
     )
-    apex_config = ApexConfig(
-        env_id="CartPole-v1",
-        agent=DQNConfig(batch_size=32, replay_capacity=20_000),
-        model_options=dict(hidden=(32, 32)),
-        num_actors=2,
-        learning_starts=200,
-        replay_node=joined.node_id,
-    )
     apex = Apex(
-        apex_config,
+        replace(APEX_ON_RAY, replay_node=joined.node_id),
         transport="ray",
         runs_dir=tmp_path / "apex",
         log_interval=0.5,

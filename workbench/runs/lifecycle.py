@@ -390,10 +390,7 @@ class RunLifecycle:
         if error is not None:
             self.error = error
             self.error_traceback = "".join(traceback.format_exception(error))
-            kept = (
-                self.checkpoint_path.exists()
-                and f"; {self.checkpoint_path} is kept for from_checkpoint"
-            )
+            kept = self.checkpoint_path.exists() and f"; {self.checkpoint_path} is kept"
             print(
                 f"Run {self.name!r} failed after {self.env_steps} env steps{kept or ''}:\n"
                 f"{self.error_traceback}",

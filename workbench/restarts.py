@@ -32,15 +32,16 @@ class RoleLost(RuntimeError):
         role: what it was (``"SEED's learner and inference server"``).
         node_id: the node it ran on, None when not known.
         node_left: whether that node has left the cluster (else the actor alone died).
-        cause: the first line of Ray's error.
+        error: Ray's error (its first line goes in the message).
         resume: how to continue, with ``{checkpoint}`` where the run's folder goes.
     """
 
     def __init__(
-        self, role: str, node_id: str | None, node_left: bool, cause: str, resume: str
+        self, role: str, node_id: str | None, node_left: bool, error: BaseException, resume: str
     ) -> None:
         self.role, self.node_id, self.node_left = role, node_id, node_left
-        self.cause, self.resume = cause, resume
+        self.cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+        self.resume = resume
         self.checkpoint: str | None = None
         super().__init__(self.describe())
 

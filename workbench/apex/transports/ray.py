@@ -235,9 +235,8 @@ class RayTransport:
         try:
             return self.ray.get(ref, timeout=timeout)
         except self.ray.exceptions.RayActorError as error:
-            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RoleLost(
-                "Ape-X's replay", self.replay_node, node_left(self.replay_node), cause, REPLAY_LOST
+                "Ape-X's replay", self.replay_node, node_left(self.replay_node), error, REPLAY_LOST
             ) from None
 
     def actor_nodes(self) -> dict[int, str]:

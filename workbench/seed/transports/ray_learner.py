@@ -183,12 +183,11 @@ class RemoteLearning:
         try:
             return ray.get(getattr(self.actor, method).remote(*args), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayActorError as error:
-            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RoleLost(
                 "SEED's learner and inference server",
                 self.node_id,
                 node_left(self.node_id),
-                cause,
+                error,
                 LEARNER_LOST,
             ) from None
 

@@ -59,13 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     from workbench.seed import SEED_RECIPES
 
     torch.set_num_threads(1)
-    # SEED's V-trace recipes play as a Run's do (an ActorCritic and its weights), Ape-X DQN's as a
-    # DQN Run's (a QPolicy); R2D2's recurrent network and DPG's actor are not played here.
-    known = {
-        **RECIPES,
-        **{k: v for k, v in SEED_RECIPES.items() if v.config.algorithm == "vtrace"},
-        **{k: v for k, v in APEX_RECIPES.items() if v.config.algo == "dqn"},
-    }
+    # SEED's V-trace recipes play as a Run's do (an ActorCritic and its weights), R2D2's as a
+    # RecurrentQPolicy, Ape-X DQN's as a DQN Run's (a QPolicy); Ape-X DPG's recipes say they are
+    # not played here (their make_model refuses).
+    known = {**RECIPES, **SEED_RECIPES, **APEX_RECIPES}
     if args.recipe not in known:
         sys.exit(f"unknown recipe {args.recipe!r}; choose one of {', '.join(known)}")
     recipe = known[args.recipe]
@@ -82,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(
             f"the run's checkpoint {checkpoint!r} is not on this machine; pass --checkpoint PATH"
         )
-    model = load_policy(recipe, checkpoint)
+    try:
+        model = load_policy(recipe, checkpoint)
+    except ValueError as error:
+        sys.exit(str(error))
     options = dict(recipe.env_options)
     q_policy = isinstance(model, (QPolicy, RecurrentQPolicy))
     explored = f"epsilon {EVALUATION_EPSILON}" if q_policy else "sampled"

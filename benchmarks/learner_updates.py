@@ -52,7 +52,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def recipe_learner(recipe_name: str, precision: tuple, device: str):
     """The learner of a SEED Pong recipe, in ``precision``, and its config."""
-    from workbench.learners import IMPALA, R2D2
     from workbench.seed.recipes import SEED_RECIPES
 
     recipe = SEED_RECIPES[recipe_name]
@@ -61,8 +60,9 @@ def recipe_learner(recipe_name: str, precision: tuple, device: str):
         recipe.config.learner, autocast=autocast, channels_last=channels_last
     )
     model = recipe.make_model((4, 42, 42), 6)
-    learner_class = R2D2 if recipe.config.algorithm == "r2d2" else IMPALA
-    return learner_class(model, learner_config, device=device), learner_config
+    return recipe.config.algorithm_class.learner_class(
+        model, learner_config, device=device
+    ), learner_config
 
 
 def r2d2_batch(learner_config, lstm_size: int, rng) -> dict:

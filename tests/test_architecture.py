@@ -3,12 +3,15 @@
 1. Every module of ``workbench/`` is readable in one sitting: at most 500 lines.
 2. No private name crosses a module: no ``from workbench.x import _y``, and no ``obj._name`` where
    ``_name`` is defined only in other modules of the package.
-3. No import cycle between the package's modules.
+3. No import cycle between the package's modules (at run time: an import under ``if
+   TYPE_CHECKING:`` only names a type in annotations, as a config names its algorithm's class).
 4. No class hierarchy deeper than 2 (a class and its one workbench base).
 5. Arrows go one way: kernels know no learner; learners know no sampler, run, system or screen;
    the core knows no widget; Ray is imported only by the cluster module and the Ray transports;
    env-only processes (``envs``, ``seed.env_actors``) never import torch.
 6. Nothing cites a file outside the repository (the design notes that stayed outside it).
+7. An algorithm is chosen once, from its registry (``seed.algorithms``, ``apex.algorithms``): no
+   code of the package or the benchmarks compares a config's ``algorithm`` or ``algo`` to a name.
 """
 
 from __future__ import annotations
@@ -36,11 +39,24 @@ MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in MODULES.items()}
 
 
-def imported_modules(name: str) -> set[str]:
-    """The workbench modules ``name`` imports (anywhere in it, functions included)."""
+def type_only_imports(tree: ast.AST) -> set[int]:
+    """The ids of the import statements under ``if TYPE_CHECKING:`` (never run)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            found.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return found
+
+
+def imported_modules(name: str, *, runtime_only: bool = False) -> set[str]:
+    """The workbench modules ``name`` imports (anywhere in it, functions included; with
+    ``runtime_only``, not those imported for annotations alone)."""
     found = set()
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    skipped = type_only_imports(TREES[name]) if runtime_only else set()
     for node in ast.walk(TREES[name]):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -104,7 +120,7 @@ def test_no_private_attribute_crosses_a_module():
 
 
 def test_no_import_cycle():
-    graph = {name: imported_modules(name) for name in MODULES}
+    graph = {name: imported_modules(name, runtime_only=True) for name in MODULES}
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
 
     def visit(node: str) -> None:  # Tarjan's strongly connected components
@@ -236,6 +252,32 @@ def test_the_core_knows_no_widget():
                 for m in modules
                 if m.split(".")[0] in ("ipywidgets", "plotly", "IPython")
             ]
+    assert offending == []
+
+
+ALGORITHM_REGISTRIES = {"workbench.seed.algorithms", "workbench.apex.algorithms"}
+
+
+def names_an_algorithm(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return name in ("algorithm", "algo")
+
+
+def test_no_algorithm_is_chosen_by_its_name_outside_the_registries():
+    trees = dict(TREES)
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        trees[f"benchmarks.{path.stem}"] = ast.parse(path.read_text(), filename=str(path))
+    offending = []
+    for name, tree in trees.items():
+        if name in ALGORITHM_REGISTRIES:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(map(names_an_algorithm, sides)) and any(
+                    isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides
+                ):
+                    offending.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     assert offending == []
 
 

@@ -89,7 +89,7 @@ def test_a_dqn_run_counts_its_learners_gradient_steps_not_its_iterations():
 
 
 def test_an_unknown_learner_names_where_to_add_its_rule():
-    with pytest.raises(ValueError, match="add one here"):
+    with pytest.raises(ValueError, match="add one to SAMPLES_PER_STEP"):
         samples_per_gradient_step({"algorithm": "Mystery", "config": {}})
 
 

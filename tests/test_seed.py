@@ -26,6 +26,7 @@ from workbench.seed import (
     SeedLearning,
     SerialActors,
     TrajectoryAssembler,
+    make_learning,
     stack_windows,
 )
 from workbench.seed.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
@@ -346,7 +347,7 @@ def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(rat
     # the server waits for it; after the next two, 8 and 4. At ratio 1 (two updates of 8) the
     # learner never holds it.
     config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, replay_ratio=ratio)
-    learning = SeedLearning(config)
+    learning = make_learning(config)
     with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
         while learning.assembler.queued < 20:
             actors.step()
@@ -369,7 +370,7 @@ def test_an_r2d2_learner_behind_counting_queued_sequences_holds_the_server_a_bat
     config = SEED_RECIPES["seed-r2d2-cartpole-novelocity"].config
     if ratio == 1.0:
         config = replace(config, replay_ratio=1.0, min_replay_sequences=32)
-    learning = SeedLearning(config)
+    learning = make_learning(config)
     with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
         while learning.assembler.queued < queued:
             actors.step()

@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from workbench.apex.config import actor_epsilons
+from workbench.apex.exploration import actor_epsilons
 from workbench.learners import R2D2Config
 from workbench.runs.records import load_metrics
 from workbench.seed import SEED_RECIPES, Seed

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.apex.config import ApexConfig, make_agent
+from workbench.apex.algorithms import make_agent
+from workbench.apex.config import ApexConfig
 from workbench.envs import make_vector_env
 from workbench.replay import NStepTransitions
 from workbench.rollout import Rollout

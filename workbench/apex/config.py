@@ -1,47 +1,16 @@
-"""Ape-X's settings, and what each actor explores with (Horgan et al. 2018, Sec. 4.1 and App. C)."""
+"""Ape-X's settings (Horgan et al. 2018, Appendix C), each declared once; the algorithm's own
+live in ``algorithms``."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
+from workbench.apex.algorithms import ApexAlgorithm, apex_algorithm
+from workbench.apex.exploration import check_count
+from workbench.envs import is_atari
 
-from workbench.envs import env_spaces, is_atari
-from workbench.learners import DDPG, DQN, DDPGConfig, DQNConfig
-from workbench.models import ContinuousQ, DeterministicPolicy, QNetwork
-
-__all__ = ["ApexConfig", "actor_epsilons", "actor_noise_scales", "check_count", "make_agent"]
-
-
-def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
-    """Ape-X's per-actor epsilons (Horgan et al. 2018, Sec. 4.1):
-    ``base ** (1 + alpha i / (N - 1))``.
-
-    With ``N = 1`` the single actor gets ``base``. Actor 0 explores most (0.4), actor N-1 least
-    (``0.4 ** 8`` ~ 0.00066): a spread of behaviours feeding one replay.
-    """
-    check_count(num_actors, "num_actors")
-    if num_actors == 1:
-        return [base]
-    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
-
-
-def actor_noise_scales(num_actors: int, high: float = 0.5, low: float = 0.05) -> list[float]:
-    """Ape-X DPG's per-actor Gaussian noise scales (in half action ranges), spread geometrically
-    from ``high`` (actor 0) to ``low`` (actor N-1), as the epsilons are for Ape-X DQN."""
-    check_count(num_actors, "num_actors")
-    if num_actors == 1:
-        return [math.sqrt(high * low)]
-    return [high * (low / high) ** (i / (num_actors - 1)) for i in range(num_actors)]
-
-
-def check_count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+__all__ = ["ApexConfig"]
 
 
 @dataclass
@@ -54,7 +23,7 @@ class ApexConfig:
     algo: str = "dqn"
     """``"dqn"`` (Ape-X DQN) or ``"ddpg"`` (Ape-X DPG, Sec. 3.2)."""
     agent: Any = None
-    """``algos.dqn.DQNConfig`` or ``algos.ddpg.DDPGConfig`` (None: the defaults)."""
+    """``learners.DQNConfig`` or ``learners.DDPGConfig`` (None: the algorithm's defaults)."""
     model_options: dict = field(default_factory=dict)
     """Keyword arguments of the networks (``QNetwork``: dueling, hidden, num_atoms ...)."""
     env_options: dict = field(default_factory=dict)
@@ -110,10 +79,9 @@ class ApexConfig:
     machines send it their blocks; a node of its own spreads the replay's memory and sampling."""
 
     def __post_init__(self) -> None:
-        if self.algo not in ("dqn", "ddpg"):
-            raise ValueError(f"ApexConfig.algo must be 'dqn' or 'ddpg', got {self.algo!r}")
+        algorithm = apex_algorithm(self.algo)
         if self.agent is None:
-            self.agent = default_agent_config(self.algo)
+            self.agent = algorithm.default_settings()
         for name in (
             "num_actors",
             "max_actors",
@@ -132,10 +100,10 @@ class ApexConfig:
                 f"ApexConfig.exploration_schedule must be 'ladder' or 'annealed', got "
                 f"{self.exploration_schedule!r}"
             )
-        if self.exploration_schedule == "annealed" and self.algo != "dqn":
+        if self.exploration_schedule == "annealed" and not algorithm.anneals:
             raise ValueError(
                 "ApexConfig.exploration_schedule='annealed' anneals an epsilon, which only Ape-X "
-                "DQN has; Ape-X DPG's actors use 'ladder' noise scales."
+                f"DQN has; {algorithm.title}'s actors use 'ladder' noise scales."
             )
         if self.num_actors > self.max_actors:
             raise ValueError(
@@ -184,50 +152,11 @@ class ApexConfig:
         """Each actor's exploration at the start: epsilons (DQN) or noise scales (DPG)."""
         if self.exploration_schedule == "annealed":
             return [self.annealed_start] * num_actors
-        if self.algo == "dqn":
-            return actor_epsilons(num_actors, self.exploration_base, self.exploration_alpha)
-        return actor_noise_scales(num_actors)
-
-
-def default_agent_config(algo: str) -> Any:
-    if algo == "dqn":
-        # Ape-X DQN (Appendix C): 3-step double Q, batch 512, Adam... lr 0.00025 / 4, target every
-        # 2,500.
-        return DQNConfig(
-            n_step=3,
-            double=True,
-            batch_size=512,
-            learning_rate=0.00025 / 4,
-            target_update_interval=2_500,
-            max_grad_norm=40.0,
-            prioritized=True,
-            priority_alpha=0.6,
-            priority_beta_start=0.4,
-            replay_capacity=100_000,
+        return self.algorithm.explorations(
+            num_actors, self.exploration_base, self.exploration_alpha
         )
-    return DDPGConfig(n_step=3, prioritized=True)
 
-
-def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
-    """The learner (or an actor's copy): ``DQN`` on a ``QNetwork`` or ``DDPG`` on a policy and a
-    critic, sized from the env's spaces (the central replay serves them both)."""
-    observation_space, action_space = env_spaces(config.env_id, **config.env_options)
-    if config.algo == "dqn":
-        if not hasattr(action_space, "n"):
-            raise ValueError(
-                f"{config.env_id} has continuous actions; Ape-X DQN needs discrete ones. "
-                "Use algo='ddpg' (Ape-X DPG)."
-            )
-        q_network = QNetwork(observation_space.shape, int(action_space.n), **config.model_options)
-        return DQN(q_network, config.agent, device=device)
-    if hasattr(action_space, "n"):
-        raise ValueError(
-            f"{config.env_id} has discrete actions; Ape-X DPG needs continuous ones. "
-            "Use algo='dqn'."
-        )
-    obs_dim = int(np.prod(observation_space.shape))
-    policy = DeterministicPolicy(
-        obs_dim, action_space.low, action_space.high, **config.model_options
-    )
-    critic = ContinuousQ(obs_dim, int(np.prod(action_space.shape)), **config.model_options)
-    return DDPG(policy, critic, config.agent, device=device)
+    @property
+    def algorithm(self) -> ApexAlgorithm:
+        """The object of ``algo`` (``algorithms.APEX_ALGORITHMS``)."""
+        return apex_algorithm(self.algo)

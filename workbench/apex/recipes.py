@@ -48,10 +48,11 @@ class ApexRecipe:
                 f"ApexRecipe {self.name!r}: measure_compile times the precision "
                 "measure_precision chooses; set measure_precision=True too."
             )
-        if self.measure_precision and self.config.algo != "dqn":
+        if self.measure_precision and not self.config.algorithm.measures_precision:
             raise ValueError(
                 f"ApexRecipe {self.name!r}: measure_precision times a DQN learner's network; "
-                "Ape-X DPG's MLPs gain nothing from it. Set measure_precision=False."
+                f"{self.config.algorithm.title}'s MLPs gain nothing from it. "
+                "Set measure_precision=False."
             )
 
     @property
@@ -67,12 +68,7 @@ class ApexRecipe:
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> QNetwork:
         """The learner's ``QNetwork`` with the recipe's ``model_options`` (what ``load_policy``
         fills with a checkpoint's weights). Ape-X DPG recipes refuse: their actor is continuous."""
-        if self.config.algo != "dqn":
-            raise ValueError(
-                f"{self.name!r} learns Ape-X DPG; only an Ape-X DQN recipe's Q-network is "
-                "evaluated as a policy."
-            )
-        return QNetwork(obs_shape, num_actions, **self.config.model_options)
+        return self.config.algorithm.make_policy_network(self.config, obs_shape, num_actions)
 
     @property
     def num_workers(self) -> int:
@@ -125,7 +121,7 @@ class ApexRecipe:
         """The learner's ``DQNConfig`` with the precision that times fastest here."""
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
-        network = QNetwork(shape, int(action_space.n), **config.model_options)
+        network = config.algorithm.make_policy_network(config, shape, int(action_space.n))
         agent, choice = with_measured_precision(
             config.agent, network, shape, config.agent.batch_size, try_compile=self.measure_compile
         )

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.apex.config import ApexConfig, make_agent
+from workbench.apex.algorithms import make_agent
+from workbench.apex.config import ApexConfig
 from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
 from workbench.restarts import RestartBudget
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
@@ -77,9 +78,7 @@ class Apex(RunLifecycle):
 
             import_ray()  # a clear ImportError now, not when the loop starts
         if target_metric is None:
-            target_metric = (
-                "apex/return_least_exploring" if config.algo == "dqn" else "charts/mean_return"
-            )
+            target_metric = config.algorithm.target_metric
         if target_metric not in ("apex/return_least_exploring", "charts/mean_return"):
             raise ValueError(
                 "target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', "

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.lab.pong_studies import COLORS, first_crossing, load_json
+from workbench.seed.algorithms import seed_algorithm
 
 __all__ = ["gradient_steps", "samples_per_gradient_step", "system_rows", "systems_figure"]
 
@@ -30,14 +31,14 @@ def gradient_steps(entry: dict[str, Any], point: dict[str, Any]) -> int:
     PPO and A2C an iteration's epochs x minibatches, every other learner one step per update."""
     if point.get("gradient_steps") is not None:
         return int(point["gradient_steps"])
-    algorithm, config = entry["algorithm"], entry["config"]
-    if algorithm == "DQN":
+    kind, config = entry["algorithm"], entry["config"]
+    if kind in ITERATION_COUNTS:
         raise ValueError(
-            "this DQN record's points count iterations, not gradient steps; record it again with "
-            "benchmarks/learning.py, whose points now carry gradient_steps"
+            f"this {kind} record's points count iterations, not gradient steps; record it again "
+            "with benchmarks/learning.py, whose points now carry gradient_steps"
         )
     updates = point.get("updates", point.get("learner_updates", 0))
-    if algorithm in ("PPO", "A2C"):
+    if kind in EPOCHS_OF_MINIBATCHES:
         return updates * config.get("num_epochs", 1) * config.get("num_minibatches", 1)
     return updates
 
@@ -47,19 +48,34 @@ def samples_per_gradient_step(entry: dict[str, Any]) -> int:
     ``benchmarks/learning.py`` file): PPO and A2C a minibatch of the rollout, V-trace its batch of
     unrolls (B x T), R2D2 its batch of sequences (B x trained length), Ape-X and DQN a batch of
     transitions."""
-    algorithm, config = entry["algorithm"], entry["config"]
-    if algorithm in ("PPO", "A2C"):
-        return entry["num_envs"] * entry["horizon"] // config.get("num_minibatches", 1)
-    if algorithm == "Seed":
-        learner = config["learner"]
-        if config["algorithm"] == "vtrace":
-            return learner["batch_size"] * learner["unroll_length"]
-        return learner["batch_size"] * learner["sequence_length"]
-    if algorithm == "Apex":
-        return config["agent"]["batch_size"]
-    if algorithm == "DQN":
-        return config["batch_size"]
-    raise ValueError(f"no rule for the samples of a {algorithm} update; add one here")
+    kind = entry["algorithm"]
+    if kind not in SAMPLES_PER_STEP:
+        raise ValueError(f"no rule for the samples of a {kind} update; add one to SAMPLES_PER_STEP")
+    return SAMPLES_PER_STEP[kind](entry, entry["config"])
+
+
+def seed_samples(entry: dict[str, Any], config: dict[str, Any]) -> int:
+    """A SEED update: its batch of windows x the rows its algorithm trains of each."""
+    learner = config["learner"]
+    return learner["batch_size"] * learner[seed_algorithm(config["algorithm"]).trained_field]
+
+
+ITERATION_COUNTS = ("DQN",)
+"""Record kinds whose points counted iterations, each a varying number of gradient steps."""
+EPOCHS_OF_MINIBATCHES = ("PPO", "A2C")
+"""Record kinds whose update is epochs x minibatches of gradient steps."""
+SAMPLES_PER_STEP = {
+    "PPO": lambda entry, config: (
+        entry["num_envs"] * entry["horizon"] // config.get("num_minibatches", 1)
+    ),
+    "A2C": lambda entry, config: (
+        entry["num_envs"] * entry["horizon"] // config.get("num_minibatches", 1)
+    ),
+    "Seed": seed_samples,
+    "Apex": lambda entry, config: config["agent"]["batch_size"],
+    "DQN": lambda entry, config: config["batch_size"],
+}
+"""Samples one gradient step trains on, by the record's run kind (``entry["algorithm"]``)."""
 
 
 def system_rows(

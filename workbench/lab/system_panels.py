@@ -167,7 +167,7 @@ class SeedPanel(Panel):
     def __init__(
         self, seed: Any, *, limits: dict | None = None, refresh_seconds: float = 0.5
     ) -> None:
-        algorithm = "V-trace" if seed.config.algorithm == "vtrace" else "R2D2"
+        algorithm = seed.config.algorithm_class.title
         returns = _returns_chart(
             f"SEED {algorithm} on {seed.config.env_id}: episode return",
             "seed/return_least_exploring",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -109,7 +110,12 @@ def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
             f"{recipe.env_id}; pass the recipe the run was made from."
         )
     observation_space, action_space = env_spaces(recipe.env_id, **dict(recipe.env_options))
-    model = recipe.make_model(observation_space.shape, action_space.n)
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(
+            f"{recipe.name!r} acts in {recipe.env_id}'s continuous actions; only discrete-action "
+            "policies (a Run's, a SEED run's, an Ape-X DQN run's) are played here."
+        )
+    model = recipe.make_model(observation_space.shape, int(action_space.n))
     if isinstance(model, QNetwork):  # trained inside EpsilonGreedy: its epsilon is training's
         prefix = "q_network."
         if any(key.startswith(prefix) for key in weights):

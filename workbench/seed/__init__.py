@@ -10,7 +10,10 @@ One role per module, in the order data flows:
   latency statistics; the policies it serves;
 * ``assembler``: ``TrajectoryAssembler`` (V-trace unrolls, R2D2 sequences) and ``EpisodeLog``;
 * ``learning``: ``SeedLearning``, the learner's host: model, server, listeners, learner (in this
-  process, or in one Ray actor: ``transports.ray_learner``);
+  process, or in one Ray actor: ``transports.ray_learner``), what every algorithm shares;
+* ``vtrace_learning``, ``r2d2_learning``: one subclass per algorithm (its learner, policy,
+  windows and ``learn``), and ``algorithms``: ``SEED_ALGORITHMS``, the registry that picks one by
+  ``SeedConfig.algorithm`` (``make_learning``);
 * ``config``: ``SeedConfig``;
 * ``run``: ``Seed``, the whole system on the shared life cycle, with V-trace or R2D2;
 * ``recipes``: ``SEED_RECIPES``, runs with a stated target.
@@ -28,6 +31,11 @@ _EXPORTS = {
     "Seed": "run",
     "SeedConfig": "config",
     "SeedLearning": "learning",
+    "SEED_ALGORITHMS": "algorithms",
+    "make_learning": "algorithms",
+    "seed_algorithm": "algorithms",
+    "VTraceLearning": "vtrace_learning",
+    "R2D2Learning": "r2d2_learning",
     "SEED_RECIPES": "recipes",
     "SeedRecipe": "recipes",
     "InferenceServer": "server",

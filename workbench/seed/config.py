@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.learners import IMPALAConfig, R2D2Config
+from workbench.seed.algorithms import ALGORITHMS, seed_algorithm
+from workbench.seed.learning import SeedLearning
 
-__all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "SeedConfig", "learner_config"]
+__all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "SeedConfig"]
 
-ALGORITHMS = ("vtrace", "r2d2")
 TRANSPORTS = ("local", "serial", "ray")
 DEFAULT_MAX_ACTORS = 16
 """The actors a run may grow to when ``SeedConfig.max_actors`` is not given."""
@@ -19,8 +19,8 @@ DEFAULT_MAX_ACTORS = 16
 class SeedConfig:
     """One SEED run: environments, actors, the server's batching, the learner.
 
-    ``learner`` is an ``IMPALAConfig`` (``algorithm="vtrace"``) or an ``R2D2Config``
-    (``"r2d2"``); None takes its defaults."""
+    ``algorithm`` names one of ``algorithms.SEED_ALGORITHMS`` (``"vtrace"``, ``"r2d2"``);
+    ``learner`` is its settings (``IMPALAConfig``, ``R2D2Config``), None takes its defaults."""
 
     env_id: str = "CartPole-v1"
     algorithm: str = "vtrace"
@@ -71,8 +71,7 @@ class SeedConfig:
     env_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        algorithm = seed_algorithm(self.algorithm)
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         for name in ("num_actors", "envs_per_actor"):
@@ -83,11 +82,12 @@ class SeedConfig:
             raise ValueError(
                 f"max_actors ({self.max_actors}) must be at least num_actors ({self.num_actors})"
             )
-        least = 1.0 if self.algorithm == "vtrace" else 0.0  # V-trace learns each unroll once
+        least = algorithm.least_replay_ratio
         if not (self.replay_ratio > 0 and self.replay_ratio >= least):
+            floor = f", and at least {least:g} for {algorithm.title} ({algorithm.why_least})"
             raise ValueError(
-                "replay_ratio is windows trained per window assembled: positive, and at least 1 "
-                f"for V-trace (each unroll learned once, then replayed); got {self.replay_ratio!r}"
+                "replay_ratio is windows trained per window assembled: positive"
+                f"{floor if least else ''}; got {self.replay_ratio!r}"
             )
         if not isinstance(self.replay_unrolls, int) or self.replay_unrolls < 1:
             raise ValueError(f"replay_unrolls must be a positive int, got {self.replay_unrolls!r}")
@@ -111,9 +111,12 @@ class SeedConfig:
         """Env slots on the server: one per env of every actor the run may grow to."""
         return self.actor_limit * self.envs_per_actor
 
+    @property
+    def algorithm_class(self) -> type[SeedLearning]:
+        """The learner's host of ``algorithm`` (``algorithms.SEED_ALGORITHMS``)."""
+        return seed_algorithm(self.algorithm)
 
-def learner_config(config: SeedConfig) -> Any:
-    """The run's learner settings: its ``learner``, or the algorithm's defaults."""
-    if config.algorithm == "vtrace":
-        return config.learner or IMPALAConfig()
-    return config.learner or R2D2Config()
+    @property
+    def learner_settings(self) -> Any:
+        """The learner's settings: ``learner``, or the algorithm's defaults."""
+        return self.algorithm_class.learner_settings(self)

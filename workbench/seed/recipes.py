@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
+
 from workbench.envs import env_spaces
 from workbench.learners import IMPALAConfig, R2D2Config, with_measured_precision
-from workbench.models import ActorCritic, RecurrentQNetwork
 from workbench.runs.recipe_run import run_recipe
-from workbench.seed.config import SeedConfig, learner_config
+from workbench.seed.config import SeedConfig
 from workbench.seed.run import Seed
 from workbench.system import resolve_device
 
@@ -50,15 +51,13 @@ class SeedRecipe:
     def env_options(self) -> dict:
         return self.config.env_options
 
-    def make_model(
-        self, obs_shape: tuple[int, ...], num_actions: int
-    ) -> ActorCritic | RecurrentQNetwork:
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The network the recipe's learner trains, with its ``model_options`` (what
         ``load_policy`` fills with a checkpoint's weights): V-trace's ``ActorCritic``, R2D2's
         ``RecurrentQNetwork``."""
-        if self.config.algorithm == "vtrace":
-            return ActorCritic(obs_shape, num_actions, **self.config.model_options)
-        return RecurrentQNetwork(obs_shape, num_actions, **self.config.model_options)
+        return self.config.algorithm_class.make_model(
+            obs_shape, num_actions, self.config.model_options
+        )
 
     @property
     def num_workers(self) -> int:
@@ -70,8 +69,7 @@ class SeedRecipe:
 
     @property
     def horizon(self) -> int:
-        learner = learner_config(self.config)
-        return learner.unroll_length if self.config.algorithm == "vtrace" else learner.stored_length
+        return self.config.algorithm_class.window_length(self.config.learner_settings)
 
     def make_run(
         self,
@@ -96,18 +94,16 @@ class SeedRecipe:
         return Seed(config, device=self.device, runs_dir=runs_dir, name=name)
 
     def measured_learner(self, config: SeedConfig) -> IMPALAConfig | R2D2Config:
-        """The learner's config with the precision that times fastest here (V-trace: compiled
-        or not too; R2D2's learner does not compile)."""
-        learner = learner_config(config)
+        """The learner's config with the precision that times fastest here (compiled or not too,
+        where the algorithm's learner compiles: V-trace's)."""
+        algorithm, learner = config.algorithm_class, config.learner_settings
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape = observation_space.shape
-        model = self.make_model(shape, int(action_space.n))
-        if config.algorithm == "vtrace":
-            batch = learner.batch_size * learner.unroll_length
-        else:  # R2D2: its convolutional trunk, over every stored row of a batch of sequences
-            model, batch = model.trunk, learner.batch_size * learner.stored_length
+        model, batch = algorithm.precision_probe(
+            self.make_model(shape, int(action_space.n)), learner
+        )
         measured, choice = with_measured_precision(
-            learner, model, shape, batch, try_compile=config.algorithm == "vtrace"
+            learner, model, shape, batch, try_compile=algorithm.compiles
         )
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return measured

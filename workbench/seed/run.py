@@ -30,25 +30,19 @@ from typing import Any
 
 import torch
 
-from workbench.learners import IMPALA, R2D2
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import Settings, actor_settings, check_num_actors
-from workbench.seed.config import (
-    ALGORITHMS,
-    DEFAULT_MAX_ACTORS,
-    TRANSPORTS,
-    SeedConfig,
-    learner_config,
-)
+from workbench.seed.algorithms import ALGORITHMS, make_learning
+from workbench.seed.config import DEFAULT_MAX_ACTORS, TRANSPORTS, SeedConfig
 from workbench.seed.env_actors import served_spaces
 from workbench.seed.learning import SeedLearning, check_max_batch_size
 from workbench.seed.transports import SeedTransport
 from workbench.seed.transports.local import LocalActors
 from workbench.seed.transports.serial import SerialActors
 
-__all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "Seed", "SeedConfig", "learner_config"]
+__all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "Seed", "SeedConfig"]
 
 
 class Seed(RunLifecycle):
@@ -93,15 +87,10 @@ class Seed(RunLifecycle):
 
             import_ray()  # a clear ImportError now, not when the loop starts
             served_spaces(config.env_id, config.env_options)  # a bad id fails here, not remotely
-            self.target_metric = (
-                "charts/mean_return"
-                if config.algorithm == "vtrace"
-                else "seed/return_least_exploring"
-            )
         else:
-            self.learning = SeedLearning(config, device)
+            self.learning = make_learning(config, device)
             self.device = self.learning.device
-            self.target_metric = self.learning.target_metric
+        self.target_metric = config.algorithm_class.target_metric
         self.log_interval = float(log_interval)
         super().__init__(
             name=name,
@@ -333,7 +322,7 @@ class Seed(RunLifecycle):
     # --- checkpoints ------------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
-        learner = IMPALA if self.config.algorithm == "vtrace" else R2D2
+        learner = self.config.algorithm_class.learner_class
         return {
             "env_id": self.config.env_id,
             "config": config_to_dict(self.config),

@@ -51,10 +51,10 @@ class RaySeedLearner(RayInferenceServer):
     def __init__(self, config: Any, device: str = "cpu", state: dict | None = None) -> None:
         import torch
 
-        from workbench.seed.learning import SeedLearning
+        from workbench.seed.algorithms import make_learning
 
         torch.set_num_threads(config.learner_threads)
-        self.learning = SeedLearning(config, device)
+        self.learning = make_learning(config, device)
         if state is not None:
             self.learning.load_state_dict(state)
         super().__init__(None, server=self.learning.server, torch_threads=None)

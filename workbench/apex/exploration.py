@@ -1,0 +1,40 @@
+"""What each Ape-X actor explores with (Horgan et al. 2018, Sec. 4.1): a ladder of epsilons, and
+Ape-X DPG's ladder of noise scales. SEED's R2D2 gives its actors the same epsilons."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["actor_epsilons", "actor_noise_scales", "check_count"]
+
+
+def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
+    """Ape-X's per-actor epsilons (Horgan et al. 2018, Sec. 4.1):
+    ``base ** (1 + alpha i / (N - 1))``.
+
+    With ``N = 1`` the single actor gets ``base``. Actor 0 explores most (0.4), actor N-1 least
+    (``0.4 ** 8`` ~ 0.00066): a spread of behaviours feeding one replay.
+    """
+    check_count(num_actors, "num_actors")
+    if num_actors == 1:
+        return [base]
+    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
+
+
+def actor_noise_scales(num_actors: int, high: float = 0.5, low: float = 0.05) -> list[float]:
+    """Ape-X DPG's per-actor Gaussian noise scales (in half action ranges), spread geometrically
+    from ``high`` (actor 0) to ``low`` (actor N-1), as the epsilons are for Ape-X DQN."""
+    check_count(num_actors, "num_actors")
+    if num_actors == 1:
+        return [math.sqrt(high * low)]
+    return [high * (low / high) ** (i / (num_actors - 1)) for i in range(num_actors)]
+
+
+def check_count(value: Any, name: str) -> int:
+    """``value`` as an int if it is a positive integer, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

@@ -397,6 +397,7 @@ class RunLifecycle:
                 file=sys.stderr,
                 flush=True,
             )
+        self.log.close()  # TensorBoard's event files flushed (runs.tensorboard), however it ended
         self._wall_offset, self._segment_start = self.wall_seconds, None
         self.control.end(outcome)
 

@@ -2,8 +2,10 @@
 
 ``RowLog`` keeps every row of a run in memory, appends it to ``metrics.jsonl`` and hands it to
 the callbacks that asked for rows (a panel, a recipe's curve); a failing callback is reported,
-never fatal. ``EpisodeWindow`` keeps the returns that the shared ``charts/...`` keys are made of:
-the episodes since the last row, and the mean of the last ``RETURN_WINDOW``.
+never fatal; with tensorboard installed it writes the metric rows as event files beside the
+file too (``runs.tensorboard``). ``EpisodeWindow`` keeps the returns that the shared
+``charts/...`` keys are made of: the episodes since the last row, and the mean of the last
+``RETURN_WINDOW``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from workbench.runs.records import jsonable, read_lines
+from workbench.runs.tensorboard import STEP_KEY, TensorBoardRows
 
 __all__ = ["RETURN_WINDOW", "EpisodeWindow", "RowLog", "iteration_of", "row_line"]
 
@@ -29,7 +32,8 @@ RETURN_WINDOW = 20
 
 
 class RowLog:
-    """Rows in memory and in ``path`` (JSON lines), and the callbacks that get each new row."""
+    """Rows in memory and in ``path`` (JSON lines), and the callbacks that get each new row; the
+    metric rows in TensorBoard event files beside ``path`` too (``tensorboard``)."""
 
     def __init__(self, path: Path, label: str) -> None:
         self.path, self.label = path, label
@@ -38,6 +42,7 @@ class RowLog:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[dict], None]] = []
         self._failed: list[Callable[[dict], None]] = []
+        self.tensorboard = TensorBoardRows(path.parent)
 
     @property
     def rows(self) -> list[dict]:
@@ -66,6 +71,7 @@ class RowLog:
         with self._lock:
             self._rows.append(row)
             self.write_line(row)
+            self.tensorboard.add(row)
         for fn in list(self._callbacks):
             try:
                 fn(row)
@@ -102,9 +108,15 @@ class RowLog:
                 file=sys.stderr,
                 flush=True,
             )
+            steps = [record[STEP_KEY] for record in kept if STEP_KEY in record]
+            self.tensorboard.purge_after(max(steps, default=-1))  # their event files' rows too
         with self._lock:
             self._rows = [record for record in kept if record.get("type") != "header"]
         return removed
+
+    def close(self) -> None:
+        """The loop ended: flush and close what stays open between rows (the event files)."""
+        self.tensorboard.close()
 
     def _unfinished_last_line(self) -> int:
         if not self.path.exists() or self.path.stat().st_size == 0:

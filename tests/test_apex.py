@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -316,7 +317,7 @@ def test_shared_parameters_publish_and_read_back():
 
 def test_unknown_transport_names_the_choices():
     with pytest.raises(ValueError, match="local"):
-        Apex(cartpole_config(), transport="mpi")
+        replace(cartpole_config(), transport="mpi")
 
 
 def test_dpg_on_a_discrete_env_says_use_dqn():

@@ -17,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,8 @@ def config():
 def transport(request, config):
     if request.param == "ray":
         request.getfixturevalue("ray_instance")
-    transport = make_transport(request.param, config, make_agent(config).actor_state())
+    config = replace(config, transport=request.param)
+    transport = make_transport(config, make_agent(config).actor_state())
     transport.set_explorations(config.explorations(config.num_actors))
     try:
         yield transport
@@ -243,7 +245,7 @@ def small_config(num_actors: int) -> ApexConfig:
 @pytest.mark.slow
 def test_ray_transport_learns_from_every_actor_and_restarts_a_killed_one(ray_instance, tmp_path):
     ray = ray_instance  # the module's Ray instance (skipped where Ray is not installed)
-    apex = Apex(small_config(2), transport="ray", runs_dir=tmp_path, log_interval=1.0)
+    apex = Apex(replace(small_config(2), transport="ray"), runs_dir=tmp_path, log_interval=1.0)
     killed = {}
 
     @apex.on_row

@@ -40,6 +40,7 @@ VTRACE_ON_RAY = replace(VTRACE.config, transport="ray", num_actors=2, envs_per_a
 # A small Ape-X on CartPole whose actors go on both nodes (the transport is the run's).
 APEX_ON_RAY = ApexConfig(
     env_id="CartPole-v1",
+    transport="ray",
     agent=DQNConfig(batch_size=32, replay_capacity=20_000),
     model_options=dict(hidden=(32, 32)),
     num_actors=2,
@@ -186,7 +187,7 @@ def test_seed_and_apex_go_on_when_a_node_with_their_actors_dies(two_nodes, tmp_p
     of the lost node restart after their backoff on the node left (event rows), the learners,
     SEED's server and Ape-X's replay (on the head) keep their data and learn on."""
     seed = Seed(VTRACE_ON_RAY, runs_dir=tmp_path / "seed", log_interval=0.5)
-    apex = Apex(APEX_ON_RAY, transport="ray", runs_dir=tmp_path / "apex", log_interval=0.5)
+    apex = Apex(APEX_ON_RAY, runs_dir=tmp_path / "apex", log_interval=0.5)
     (worker,) = two_nodes.cluster.worker_nodes
     runs = (seed, apex)
     for run in runs:
@@ -247,7 +248,6 @@ def test_a_run_whose_learner_or_replay_node_dies_stops_and_resumes_on_the_nodes_
     )
     apex = Apex(
         replace(APEX_ON_RAY, replay_node=joined.node_id),
-        transport="ray",
         runs_dir=tmp_path / "apex",
         log_interval=0.5,
         checkpoint_seconds=3,

@@ -30,7 +30,9 @@ from workbench.seed import (
     stack_windows,
 )
 from workbench.seed.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
+from workbench.seed.placement import PLACES, LearnerHost, make_host
 from workbench.seed.server import StepBatch
+from workbench.seed.transports import TRANSPORTS
 
 
 def step(slots, obs, reward=0.0, flags=0, actions=None, final_obs=None, episode_return=0.0):
@@ -521,3 +523,14 @@ def test_the_seed_panels_actors_slider_reaches_the_runs_actor_limit(tmp_path):
     panel.actors.value = config.actor_limit
     assert run.settings.current.num_actors == config.actor_limit
     assert run.status == "created" and run.actor_pids() == []
+
+
+@pytest.mark.parametrize("transport", ["serial", "local", "ray"])
+def test_every_transport_places_its_learner_on_a_host_the_run_drives_by_one_interface(transport):
+    # The run never asks which transport it has: the host (this process, or a Ray actor) and the
+    # actors come from the transport's row of placement.PLACES, and each host keeps LearnerHost.
+    config = replace(SEED_RECIPES["seed-vtrace-cartpole"].config, transport=transport)
+    host = make_host(config)
+    assert isinstance(host, LearnerHost)
+    assert (host.learning is None) == (transport == "ray")
+    assert set(PLACES) == set(TRANSPORTS)

@@ -23,7 +23,7 @@ def start(kind: str, runs_dir: str):
         from workbench.apex import Apex
         from workbench.lab.apex_studies import apex_cartpole_config
 
-        run = Apex(apex_cartpole_config(num_actors=2), transport="ray", runs_dir=runs_dir)
+        run = Apex(apex_cartpole_config(num_actors=2, transport="ray"), runs_dir=runs_dir)
     else:
         from workbench.seed import Seed, SeedConfig
 

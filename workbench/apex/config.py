@@ -10,7 +10,10 @@ from workbench.apex.algorithms import ApexAlgorithm, apex_algorithm
 from workbench.apex.exploration import check_count
 from workbench.envs import is_atari
 
-__all__ = ["ApexConfig"]
+__all__ = ["TRANSPORTS", "ApexConfig"]
+
+TRANSPORTS = ("local", "ray")
+"""Where Ape-X's actors and replay can run (``transports.PLACES`` builds each)."""
 
 
 @dataclass
@@ -73,6 +76,10 @@ class ApexConfig:
     seed: int = 0
     learner_threads: int = 1
     """torch threads of the learner (each actor uses one)."""
+    transport: str = "local"
+    """Where the actors and the replay run (``transports.TRANSPORTS``): ``"local"``, processes on
+    this machine; ``"ray"``, Ray actors over the cluster's nodes (``workbench.cluster`` says
+    which Ray instance: a private local one unless asked). The learner stays in this process."""
     replay_node: str | None = None
     """Ray transport: the node id that holds the central replay. None: the learner's node (this
     process's), as in the paper, where the replay sits beside the learner and actors on other
@@ -80,6 +87,15 @@ class ApexConfig:
 
     def __post_init__(self) -> None:
         algorithm = apex_algorithm(self.algo)
+        if self.transport not in TRANSPORTS:
+            raise ValueError(
+                f"ApexConfig.transport must be one of {TRANSPORTS}, got {self.transport!r}"
+            )
+        if self.replay_node is not None and self.transport != "ray":
+            raise ValueError(
+                "ApexConfig.replay_node places the replay's Ray actor; it needs transport='ray', "
+                f"not {self.transport!r}"
+            )
         if self.agent is None:
             self.agent = algorithm.default_settings()
         for name in (

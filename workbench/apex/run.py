@@ -26,7 +26,7 @@ import torch
 
 from workbench.apex.algorithms import make_agent
 from workbench.apex.config import ApexConfig
-from workbench.apex.transports import TRANSPORTS, ApexTransport, make_transport
+from workbench.apex.transports import ApexTransport, make_transport
 from workbench.restarts import RestartBudget
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.faults import check_finite
@@ -42,8 +42,7 @@ class Apex(RunLifecycle):
     """An Ape-X run (module docstring).
 
     Args:
-        config: an ``ApexConfig``.
-        transport: ``"local"`` (processes) or ``"ray"``.
+        config: an ``ApexConfig`` (``config.transport``: where the actors and the replay run).
         device: where the learner trains (``"cuda"`` needs a GPU; the actors act on the CPU).
         name, runs_dir: the run's folder (``runs.lifecycle.RunLifecycle``).
         limits: the default limits of ``start()`` / ``run()``.
@@ -61,7 +60,6 @@ class Apex(RunLifecycle):
         self,
         config: ApexConfig,
         *,
-        transport: str = "local",
         device: str = "cpu",
         name: str | None = None,
         runs_dir: str | None = None,
@@ -71,9 +69,7 @@ class Apex(RunLifecycle):
         checkpoint_every: int = 0,
         checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        if transport == "ray":
+        if config.transport == "ray":
             from workbench.cluster import import_ray
 
             import_ray()  # a clear ImportError now, not when the loop starts
@@ -85,7 +81,6 @@ class Apex(RunLifecycle):
                 f"got {target_metric!r}"
             )
         self.config = config
-        self.transport_name = transport
         self.device = resolve_device(device)
         self.agent = make_agent(config, self.device)
         self.target_metric = target_metric
@@ -138,7 +133,7 @@ class Apex(RunLifecycle):
         self._metrics: dict[str, float] = {}
         self._next_row = time.monotonic() + self.log_interval
         self._last_added, self._last_row_wall = 0, self.wall_seconds
-        self.transport = make_transport(self.transport_name, self.config, self.agent.actor_state())
+        self.transport = make_transport(self.config, self.agent.actor_state())
         self._restart_at: dict[int, tuple[float, float]] = {}  # actor -> (when, its backoff)
         self.running_actors = []
         self._resize(self.settings.applied.num_actors)
@@ -244,7 +239,7 @@ class Apex(RunLifecycle):
         return {
             "env_id": self.config.env_id,
             "config": config_to_dict(self.config),
-            "transport": self.transport_name,
+            "transport": self.config.transport,
             "device": str(self.device),
             "algo": f"{type(self.agent).__module__}.{type(self.agent).__qualname__}",
         }
@@ -269,7 +264,6 @@ class Apex(RunLifecycle):
         config: ApexConfig | None = None,
         seed: int | None = None,
         name: str | None = None,
-        transport: str = "local",
         device: str = "cpu",
         runs_dir: str | None = None,
         **options: Any,
@@ -281,14 +275,7 @@ class Apex(RunLifecycle):
         and replay sampling, a name (``name``, else a fresh one) and metrics file of its own. Not
         started."""
         saved, config, runs_dir, saved_name = resume_point(path, config, runs_dir, seed)
-        run = cls(
-            config,
-            transport=transport,
-            device=device,
-            name=name or saved_name,
-            runs_dir=runs_dir,
-            **options,
-        )
+        run = cls(config, device=device, name=name or saved_name, runs_dir=runs_dir, **options)
         run.settings.update(num_actors=saved["settings"]["num_actors"])
         run.settings.take_changes(0)
         return run.load_checkpoint(saved, str(path), seed=seed)

@@ -97,7 +97,6 @@ def apex_throughput(
     *,
     seconds: float = 5.0,
     config: ApexConfig | None = None,
-    transport: str = "local",
     warmup_timeout: float = 120.0,
     log_interval: float = 0.5,
     progress: bool = True,
@@ -122,7 +121,6 @@ def apex_throughput(
     for count in each(actor_counts, "Ape-X actor counts", unit="run"):
         apex = Apex(
             configs[count],
-            transport=transport,
             log_interval=log_interval,
             runs_dir=runs_dir,
             name=f"apex-throughput-{count}-actors",
@@ -210,7 +208,6 @@ def return_over_time(
     *,
     target: float | None = None,
     config: ApexConfig | None = None,
-    transport: str = "local",
     runs_dir: str | None = None,
 ) -> list[ActorsOverTime]:
     """Ape-X's Fig. 5 question on this machine (Horgan et al. 2018: more actors, faster learning in
@@ -224,9 +221,7 @@ def return_over_time(
     results = []
     configs = with_actor_counts(config, actor_counts, "return_over_time")
     for count in each(actor_counts, "Ape-X actor counts", unit="run"):
-        apex = Apex(
-            configs[count], transport=transport, runs_dir=runs_dir, name=f"apex-{count}-actors"
-        )
+        apex = Apex(configs[count], runs_dir=runs_dir, name=f"apex-{count}-actors")
         apex.run(seconds=seconds)
         rows = [r for r in apex.metrics if "event" not in r]
         points = [r for r in rows if r.get("apex/return_least_exploring") is not None]

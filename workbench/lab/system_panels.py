@@ -127,11 +127,9 @@ class ApexPanel(Panel):
         )
 
     def resumed_run(self, folder: Any) -> Any:
-        """``Apex.from_checkpoint`` on this run's transport and device."""
+        """``Apex.from_checkpoint`` on this run's device (its saved config names its transport)."""
         run = self.run
-        return type(run).from_checkpoint(
-            folder, transport=run.transport_name, device=str(run.device)
-        )
+        return type(run).from_checkpoint(folder, device=str(run.device))
 
     def _status_parts(self, row: dict) -> list[str]:
         parts = [

@@ -15,6 +15,8 @@ One role per module, in the order data flows:
   windows and ``learn``), and ``algorithms``: ``SEED_ALGORITHMS``, the registry that picks one by
   ``SeedConfig.algorithm`` (``make_learning``);
 * ``config``: ``SeedConfig``;
+* ``placement``: ``LearnerHost``, where the learner and its server run (``InProcessHost``, or
+  ``transports.ray_learner.RayHost``), and ``PLACES``, each transport's host and actors;
 * ``run``: ``Seed``, the whole system on the shared life cycle, with V-trace or R2D2;
 * ``recipes``: ``SEED_RECIPES``, runs with a stated target.
 
@@ -32,6 +34,8 @@ _EXPORTS = {
     "SeedConfig": "config",
     "SeedLearning": "learning",
     "SEED_ALGORITHMS": "algorithms",
+    "LearnerHost": "placement",
+    "InProcessHost": "placement",
     "make_learning": "algorithms",
     "seed_algorithm": "algorithms",
     "VTraceLearning": "vtrace_learning",

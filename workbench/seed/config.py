@@ -7,10 +7,10 @@ from typing import Any
 
 from workbench.seed.algorithms import ALGORITHMS, seed_algorithm
 from workbench.seed.learning import SeedLearning
+from workbench.seed.transports import TRANSPORTS
 
 __all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "SeedConfig"]
 
-TRANSPORTS = ("local", "serial", "ray")
 DEFAULT_MAX_ACTORS = 16
 """The actors a run may grow to when ``SeedConfig.max_actors`` is not given."""
 

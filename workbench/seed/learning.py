@@ -30,23 +30,13 @@ import torch
 from workbench.envs import env_spaces
 from workbench.seed.assembler import EpisodeLog, TrajectoryAssembler
 from workbench.seed.server import InferenceServer
+from workbench.seed.transports.batching import check_max_batch_size
 from workbench.system import resolve_device
 
 if TYPE_CHECKING:  # the config names its algorithm's class: a type-only import, no cycle at runtime
     from workbench.seed.config import SeedConfig
 
-__all__ = ["SeedLearning", "check_max_batch_size"]
-
-
-def check_max_batch_size(max_batch_size: Any, slots: int) -> int:
-    """``max_batch_size`` if it is an int in ``1..slots`` (the server's slots), else ValueError."""
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
-        raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
-    if not 1 <= max_batch_size <= slots:
-        raise ValueError(
-            f"max_batch_size must be in 1..{slots} (the server's slots), got {max_batch_size}"
-        )
-    return max_batch_size
+__all__ = ["SeedLearning"]
 
 
 class SeedLearning(ABC):

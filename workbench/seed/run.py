@@ -15,7 +15,9 @@ The pieces, in the order data flows:
 
 Steps 2-4 are one host's (``learning.SeedLearning``): this process's for the serial and local
 transports, one Ray actor's for the Ray transport (``transports.ray_learner``: the server and the
-learner together, so parameters never travel to the actors). ``Seed`` runs the whole system from a
+learner together, so parameters never travel to the actors). ``placement`` chooses the host and
+the actors from ``SeedConfig.transport``; the run talks to them only through ``LearnerHost`` and
+``SeedTransport``. ``Seed`` runs the whole system from a
 ``SeedConfig`` on the shared life cycle (``runs.lifecycle``): ``start`` / ``run`` with the four
 limits, ``stop``, a row every ``log_interval`` seconds (``charts/...``, ``losses/...``,
 ``seed/...``: the server's batch and latency), events when actors are added, retired or
@@ -34,13 +36,11 @@ from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import Settings, actor_settings, check_num_actors
-from workbench.seed.algorithms import ALGORITHMS, make_learning
+from workbench.seed.algorithms import ALGORITHMS
 from workbench.seed.config import DEFAULT_MAX_ACTORS, TRANSPORTS, SeedConfig
-from workbench.seed.env_actors import served_spaces
-from workbench.seed.learning import SeedLearning, check_max_batch_size
+from workbench.seed.learning import SeedLearning
+from workbench.seed.placement import LearnerHost, make_actors, make_host
 from workbench.seed.transports import SeedTransport
-from workbench.seed.transports.local import LocalActors
-from workbench.seed.transports.serial import SerialActors
 
 __all__ = ["ALGORITHMS", "DEFAULT_MAX_ACTORS", "TRANSPORTS", "Seed", "SeedConfig"]
 
@@ -76,20 +76,12 @@ class Seed(RunLifecycle):
         checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
     ) -> None:
         self.config = config
-        self.device = device
-        self.learning: SeedLearning | None = None
+        self.host: LearnerHost = make_host(config, device)
+        """Where the learner and its server run (``placement``)."""
+        self.learning: SeedLearning | None = self.host.learning
         """Model, server, listeners and learner, in this process (None with Ray: they live in the
         learner's Ray actor)."""
-        self._remote: Any = None  # the learner's Ray actor while the loop runs
-        self._remote_state: dict | None = None  # its state between segments
-        if config.transport == "ray":
-            from workbench.cluster import import_ray
-
-            import_ray()  # a clear ImportError now, not when the loop starts
-            served_spaces(config.env_id, config.env_options)  # a bad id fails here, not remotely
-        else:
-            self.learning = make_learning(config, device)
-            self.device = self.learning.device
+        self.device = self.host.device
         self.target_metric = config.algorithm_class.target_metric
         self.log_interval = float(log_interval)
         super().__init__(
@@ -105,9 +97,6 @@ class Seed(RunLifecycle):
         self.transport: SeedTransport | None = None
         self._steps_before = 0
         self._events_seen = 0
-        self._metrics: dict[str, float] = {}
-        self._max_batch_size = config.max_batch_size or config.slots
-        self._ray_held = False
 
     # --- what lives in this process (serial and local transports) ---------------------------------
 
@@ -136,29 +125,15 @@ class Seed(RunLifecycle):
     @property
     def max_batch_size(self) -> int:
         """Requests per forward pass of the server."""
-        if self.learning is not None:
-            return self.learning.server.max_batch_size
-        return self._max_batch_size
+        return self.host.max_batch_size
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
         """Requests per forward pass, from the server's next batch on (a live knob)."""
-        if self.learning is not None:
-            self.learning.set_max_batch_size(max_batch_size)
-        else:  # kept for the learner's actor, which gets it now or when the loop opens
-            check_max_batch_size(max_batch_size, self.config.slots)
-            if self._remote is not None:
-                self._remote.call("set_max_batch_size", max_batch_size)
-        self._max_batch_size = max_batch_size
+        self.host.set_max_batch_size(max_batch_size)
 
     def learner_state(self) -> dict[str, Any]:
         """The learner's state (model, optimizer, counters) wherever it lives."""
-        if self.learning is not None:
-            return self.learning.state_dict()
-        if self._remote is not None:
-            return self._remote.call("state_dict")
-        if self._remote_state is None:
-            raise RuntimeError("this Ray run has not started: its learner has no state yet")
-        return self._remote_state
+        return self.host.state_dict()
 
     # --- control ----------------------------------------------------------------------------------
 
@@ -179,115 +154,48 @@ class Seed(RunLifecycle):
     # --- the loop's steps -------------------------------------------------------------------------
 
     def open_loop(self) -> None:
-        c = self.config
         self._threads = torch.get_num_threads()
-        torch.set_num_threads(c.learner_threads)
+        torch.set_num_threads(self.config.learner_threads)
         self._steps_before = self.env_steps
         self._next_row = time.monotonic() + self.log_interval
         self._events_seen = 0
         try:
-            if c.transport == "ray":
-                self._open_ray()
-            elif c.transport == "serial":
-                self.transport = SerialActors(
-                    self.learning.server,
-                    c.env_id,
-                    c.num_actors * c.envs_per_actor,
-                    seed=c.seed,
-                    env_options=c.env_options,
-                )
-                self.transport.start()
-            else:
-                self.transport = LocalActors(
-                    self.learning.server,
-                    c.env_id,
-                    self.num_actors,
-                    envs_per_actor=c.envs_per_actor,
-                    max_actors=c.actor_limit,
-                    seed=c.seed,
-                    env_options=c.env_options,
-                    nice=c.actor_nice,
-                    actor_batch=c.actor_batch,
-                )
-                self.transport.start()
+            endpoint = self.host.open(self.num_actors)
+            self.transport = make_actors(self.config, endpoint, self.num_actors)
+            self.transport.start()
+            self.host.begin()
         except BaseException:
             self.close_loop()
             raise
-
-    def _open_ray(self) -> None:
-        from workbench.cluster import acquire_ray
-        from workbench.seed.transports.ray import RayActors
-        from workbench.seed.transports.ray_learner import RemoteLearning
-
-        c = self.config
-        acquire_ray()
-        self._ray_held = True
-        self._remote = RemoteLearning(
-            c, device=self.device, node_id=c.learner_node, state=self._remote_state
-        )
-        self._remote.call("set_num_actors", self.num_actors)
-        self._remote.call("set_max_batch_size", self._max_batch_size)
-        self.transport = RayActors(
-            self._remote.actor,
-            c.env_id,
-            self.num_actors,
-            envs_per_actor=c.envs_per_actor,
-            max_actors=c.actor_limit,
-            seed=c.seed,
-            env_options=c.env_options,
-            nice=c.actor_nice,
-        )
-        self.transport.start()
-        self._remote.call("start_learning")
 
     def close_loop(self) -> None:
         try:
             if self.transport is not None:
                 self.env_steps = self._steps_before + self.transport.steps
-                self.transport.stop()  # the actors first: then the learner's actor ends
-            if self._remote is not None:
-                remote, self._remote = self._remote, None
-                state = remote.close()
-                if state is not None:  # the learner ran on while the run stopped: its last count
-                    self._remote_state = state
-                    self.updates = int(state["learner"]["num_updates"])
+                self.transport.stop()  # the actors first: then the learner's host ends
+            updates = self.host.close()
+            if updates is not None:  # the learner ran on while the run stopped: its last count
+                self.updates = updates
         finally:
             self.transport = None
             torch.set_num_threads(self._threads)
-            if self._ray_held:  # a private Ray instance this run started ends with it
-                from workbench.cluster import release_ray
-
-                self._ray_held = False
-                release_ray()
 
     def apply_settings(self, new: Settings, old: Settings) -> None:
         if new.num_actors == self.num_actors:
             return
         self.transport.set_num_actors(new.num_actors)
         self.num_actors = new.num_actors
-        if self.learning is not None:
-            self.learning.set_num_actors(new.num_actors)
-        else:
-            self._remote.call("set_num_actors", new.num_actors)
+        self.host.set_num_actors(new.num_actors)
 
     def step(self) -> dict[str, Any] | None:
         transport = self.transport
         try:
             transport.check()
         except RuntimeError:
-            if self._remote is not None:  # its server gone: a RoleLost if the learner went too
-                self._remote.call("progress")
+            self.host.check_lost()  # the server gone: a RoleLost if its host went too
             raise
         self._report_actor_events()
-        if self.learning is not None:
-            metrics = self.learning.learn(transport.wait_seconds)
-            if metrics is None:
-                transport.advance()
-            self._metrics = metrics or self._metrics
-            self.updates = self.learning.updates
-        else:  # the learner's actor trains on its own: poll what it did
-            time.sleep(min(transport.wait_seconds, max(0.0, self._next_row - time.monotonic())))
-            self.updates = int(transport.last_progress.get("updates", self.updates))
+        self.updates = self.host.step(transport, self._next_row)
         self.env_steps = self._steps_before + transport.steps
         if time.monotonic() < self._next_row:
             return None
@@ -306,11 +214,7 @@ class Seed(RunLifecycle):
         self._events_seen = len(events)
 
     def _row(self) -> dict[str, Any]:
-        if self.learning is not None:
-            report = self.learning.report()
-            report["row"] = {**self._metrics, **report["row"]}
-        else:
-            report = self._remote.call("report")
+        report = self.host.report()
         self.record_episodes(report["returns"])
         return report["row"]
 
@@ -335,10 +239,7 @@ class Seed(RunLifecycle):
         return {"config": config_to_dict(self.config), **self.learner_state()}
 
     def load_run_state(self, state: dict[str, Any]) -> None:
-        if self.learning is not None:
-            self.learning.load_state_dict(state)
-        else:
-            self._remote_state = state  # sent to the learner's actor when the loop opens
+        self.host.load_state_dict(state)
 
     @classmethod
     def from_checkpoint(

@@ -9,16 +9,15 @@ parametrised over both, holds them to it (``tests/test_apex_transports.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from workbench.apex.config import ApexConfig
+from workbench.apex.config import TRANSPORTS, ApexConfig
 
-__all__ = ["TRANSPORTS", "ApexTransport", "make_transport"]
-
-TRANSPORTS = ("local", "ray")
+__all__ = ["PLACES", "TRANSPORTS", "ApexTransport", "make_transport"]
 
 
 @runtime_checkable
@@ -70,16 +69,28 @@ class ApexTransport(Protocol):
         """End every actor and the replay."""
 
 
-def make_transport(
-    name: str, config: ApexConfig, actor_state: dict[str, torch.Tensor]
-) -> ApexTransport:
-    """The transport called ``name``, started with the learner's first parameters."""
-    if name == "local":
-        from workbench.apex.transports.local import LocalTransport
+def local_transport(config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> ApexTransport:
+    """Actor processes and a replay process on this machine."""
+    from workbench.apex.transports.local import LocalTransport
 
-        return LocalTransport(config, actor_state)
-    if name == "ray":
-        from workbench.apex.transports.ray import RayTransport
+    return LocalTransport(config, actor_state)
 
-        return RayTransport(config, actor_state)
-    raise ValueError(f"transport must be one of {TRANSPORTS}, got {name!r}")
+
+def ray_transport(config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> ApexTransport:
+    """The replay and the actors as Ray actors over the cluster's nodes."""
+    from workbench.apex.transports.ray import RayTransport
+
+    return RayTransport(config, actor_state)
+
+
+PLACES: dict[str, Callable[[ApexConfig, dict], ApexTransport]] = {
+    "local": local_transport,
+    "ray": ray_transport,
+}
+"""Per transport (``ApexConfig.transport``): what starts it (Ray's module imported only when
+chosen), as ``seed.placement.PLACES`` does for SEED."""
+
+
+def make_transport(config: ApexConfig, actor_state: dict[str, torch.Tensor]) -> ApexTransport:
+    """``config.transport``'s actors and replay, started with the learner's first parameters."""
+    return PLACES[config.transport](config, actor_state)

@@ -33,7 +33,7 @@ from workbench.cluster import (
 from workbench.restarts import RoleLost
 
 REPLAY_LOST = (
-    "Apex.from_checkpoint({checkpoint}, transport='ray', "
+    "Apex.from_checkpoint({checkpoint}, "
     "config=dataclasses.replace(config, replay_node=None)) starts a new replay on the learner's "
     "node, which the actors refill (a checkpoint does not hold the replay)."
 )

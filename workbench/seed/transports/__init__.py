@@ -39,6 +39,10 @@ class SeedTransport(Protocol):
     wait_seconds: float
     """How long a learner waiting for data blocks before it does its other work (0: it advances the
     envs itself)."""
+    last_progress: dict
+    """The server's last answer to a progress call where it runs apart from the run (Ray: env
+    steps, episodes, and the learner's ``updates`` when the learner runs beside it); {} where the
+    server is in this process."""
 
     def start(self) -> "SeedTransport":
         """Start the actors (and whatever serves them); returns the transport."""

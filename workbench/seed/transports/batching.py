@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Request", "StepRecorder", "check_batching", "percentiles_ms"]
+__all__ = ["Request", "StepRecorder", "check_batching", "check_max_batch_size", "percentiles_ms"]
 
 
 def check_batching(max_batch_size: Any, timeout: Any) -> None:
@@ -25,6 +25,17 @@ def check_batching(max_batch_size: Any, timeout: Any) -> None:
         raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
         raise ValueError(f"timeout must be seconds >= 0, got {timeout!r}")
+
+
+def check_max_batch_size(max_batch_size: Any, slots: int) -> int:
+    """``max_batch_size`` if it is an int in ``1..slots`` (the server's slots), else ValueError."""
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
+        raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
+    if not 1 <= max_batch_size <= slots:
+        raise ValueError(
+            f"max_batch_size must be in 1..{slots} (the server's slots), got {max_batch_size}"
+        )
+    return max_batch_size
 
 
 def percentiles_ms(values: Sequence[float], name: str) -> dict[str, float]:

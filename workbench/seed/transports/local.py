@@ -132,6 +132,7 @@ class LocalActors:
         self.nice = nice
         self.observation_space, self.action_space = observation_space, action_space
         self.events: list[ActorEvent] = []
+        self.last_progress: dict = {}  # the server is in this process: nothing to poll
         self.error: str | None = None
         self.steps = 0
         self.episodes: deque = deque(maxlen=10_000)  # (time, slot, return, length)

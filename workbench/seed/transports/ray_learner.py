@@ -19,14 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import traceback
 from typing import Any
 
-from workbench.cluster import ensure_ray, node_left, node_strategy, pinned_node
+from workbench.cluster import (
+    acquire_ray,
+    ensure_ray,
+    import_ray,
+    node_left,
+    node_strategy,
+    pinned_node,
+    release_ray,
+)
 from workbench.restarts import RoleLost
+from workbench.seed.env_actors import served_spaces
+from workbench.seed.transports import SeedTransport
+from workbench.seed.transports.batching import check_max_batch_size
 from workbench.seed.transports.ray_server import RayInferenceServer
 
-__all__ = ["RaySeedLearner", "RemoteLearning"]
+__all__ = ["RayHost", "RaySeedLearner", "RemoteLearning"]
 
 #: Seconds the learner thread waits for data before it looks at its stop flag again.
 LEARN_WAIT = 0.05
@@ -203,3 +215,94 @@ class RemoteLearning:
         finally:
             ray.kill(self.actor)
         return state
+
+
+class RayHost:
+    """SEED's learner host in one Ray actor, as the run sees it (``placement.LearnerHost``): the
+    Ray instance held while the loop runs, the learner's actor launched with the saved state at
+    ``open`` and its last state kept at ``close``, so a run continues across segments.
+
+    Args:
+        config: the run's ``SeedConfig`` (``learner_node``: where the actor runs).
+        device: the model's device in the actor (``"auto"``: its GPU when it has one).
+    """
+
+    learning = None  # the learner's state lives in the actor; read it with state_dict()
+
+    def __init__(self, config: Any, device: Any = "cpu") -> None:
+        import_ray()  # a clear ImportError now, not when the loop starts
+        served_spaces(config.env_id, config.env_options)  # a bad id fails here, not remotely
+        self.config, self.device = config, device
+        self.remote: RemoteLearning | None = None
+        self.state: dict[str, Any] | None = None
+        """The learner's state between segments (sent to the actor when the loop opens)."""
+        self.max_batch_size = config.max_batch_size or config.slots
+        self.num_actors = config.num_actors
+        self.updates = 0
+        self.held = False
+
+    def open(self, num_actors: int) -> Any:
+        acquire_ray()
+        self.held = True
+        self.remote = RemoteLearning(
+            self.config, device=self.device, node_id=self.config.learner_node, state=self.state
+        )
+        self.num_actors = num_actors
+        self.remote.call("set_num_actors", num_actors)
+        self.remote.call("set_max_batch_size", self.max_batch_size)
+        return self.remote.actor
+
+    def begin(self) -> None:
+        self.remote.call("start_learning")
+
+    def step(self, transport: SeedTransport, until: float) -> int:
+        """The learner's actor trains on its own: wait, then read its count from the server's
+        last progress (``SeedTransport.last_progress``)."""
+        time.sleep(min(transport.wait_seconds, max(0.0, until - time.monotonic())))
+        self.updates = int(transport.last_progress.get("updates", self.updates))
+        return self.updates
+
+    def report(self) -> dict[str, Any]:
+        return self.remote.call("report")
+
+    def set_num_actors(self, num_actors: int) -> None:
+        self.num_actors = num_actors
+        if self.remote is not None:
+            self.remote.call("set_num_actors", num_actors)
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        """Checked now; the actor gets it now, or when the loop opens."""
+        check_max_batch_size(max_batch_size, self.config.slots)
+        if self.remote is not None:
+            self.remote.call("set_max_batch_size", max_batch_size)
+        self.max_batch_size = max_batch_size
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.remote is not None:
+            return self.remote.call("state_dict")
+        if self.state is None:
+            raise RuntimeError("this Ray run has not started: its learner has no state yet")
+        return self.state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def check_lost(self) -> None:
+        """Its server gone with the actors' transport: a ``RoleLost`` if the learner went too."""
+        if self.remote is not None:
+            self.remote.call("progress")
+
+    def close(self) -> int | None:
+        try:
+            if self.remote is None:
+                return None
+            remote, self.remote = self.remote, None
+            state = remote.close()
+            if state is None:  # the actor died first: the run's error says why
+                return None
+            self.state = state  # the learner ran on while the run stopped: its last count
+            return int(state["learner"]["num_updates"])
+        finally:
+            if self.held:  # a private Ray instance this run started ends with it
+                self.held = False
+                release_ray()

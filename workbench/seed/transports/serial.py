@@ -48,6 +48,7 @@ class SerialActors:
         self.steps = 0
         self.num_actors = num_envs
         self.events: list[ActorEvent] = []
+        self.last_progress: dict = {}  # the server is in this process: nothing to poll
         self.pids: list[int] = []
         self._started = self._stopped = False
 

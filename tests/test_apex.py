@@ -110,12 +110,12 @@ def test_actor_block_holds_nstep_transitions_and_their_initial_priorities(one_th
     assert len(transitions["actions"]) <= 2 * (20 - (n - 1)) + 2 * n
     assert block["env_steps"] == 40 and block["actor"] == 1 and block["exploration"] == 0.3
     # Initial priority = |TD error| under the actor's own copy (Alg. 1): a literal recomputation.
-    q = actor.agent.q_network
+    q = actor.policy.q_network  # it serves as its own target network (Alg. 1)
     obs = torch.as_tensor(transitions["obs"])
     next_obs = torch.as_tensor(transitions["next_obs"])
     with torch.no_grad():
         best = q(next_obs).argmax(1, keepdim=True)
-        bootstrap = actor.agent.target(next_obs).gather(1, best).squeeze(1)
+        bootstrap = q(next_obs).gather(1, best).squeeze(1)
         target = (
             torch.as_tensor(transitions["returns"])
             + torch.as_tensor(transitions["discounts"]) * bootstrap
@@ -126,6 +126,37 @@ def test_actor_block_holds_nstep_transitions_and_their_initial_priorities(one_th
         block["priorities"], (target - taken).abs().numpy(), rtol=1e-5, atol=1e-6
     )
     actor.close()
+
+
+def random_transitions(obs_shape: tuple, actions: torch.Tensor, n: int = 32) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "obs": torch.randn(n, *obs_shape, generator=generator),
+        "actions": actions,
+        "returns": torch.randn(n, generator=generator),
+        "discounts": torch.full((n,), 0.97),
+        "next_obs": torch.randn(n, *obs_shape, generator=generator),
+    }
+
+
+@pytest.mark.parametrize("algo, env_id", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1")])
+def test_an_actor_builds_a_policy_not_a_learner_and_prioritizes_as_its_learner_would(
+    one_thread, algo, env_id
+):
+    # Acting apart from learning: no optimizer on the actor's side, and the same |TD error| as
+    # the learner computes from the parameters it publishes (Horgan et al. 2018, Alg. 1).
+    config = ApexConfig(env_id=env_id, algo=algo, model_options=dict(hidden=(32, 32)))
+    learner, actor = make_agent(config), config.algorithm.make_actor(config)
+    assert not any("optimizer" in name for name in vars(actor))
+    actor.load_actor_state(learner.actor_state())
+    n = 32
+    if algo == "dqn":
+        transitions = random_transitions((4,), torch.randint(0, 2, (n,)), n)
+    else:
+        transitions = random_transitions((3,), torch.rand(n, 1) * 4 - 2, n)
+    torch.testing.assert_close(
+        actor.initial_priorities(transitions), learner.initial_priorities(transitions)
+    )
 
 
 def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
@@ -140,7 +171,7 @@ def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
     actor.collect()
     assert actor.wants_parameters()
     for key, value in learner.actor_state().items():
-        torch.testing.assert_close(actor.agent.q_network.state_dict()[key], value)
+        torch.testing.assert_close(actor.policy.q_network.state_dict()[key], value)
     actor.close()
 
 

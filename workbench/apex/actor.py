@@ -1,5 +1,7 @@
 """An Ape-X actor (Horgan et al. 2018, Alg. 1): its envs, its copy of the networks, its
-exploration, its local buffer, and the initial priorities it computes before sending."""
+exploration, its local buffer, and the initial priorities it computes before sending. It acts with
+its algorithm's actor policy (``ApexAlgorithm.make_actor``: networks, no optimizer), not with a
+learner."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.apex.algorithms import make_agent
 from workbench.apex.config import ApexConfig
 from workbench.envs import make_vector_env
 from workbench.replay import NStepTransitions
@@ -29,7 +30,7 @@ class ApexActor:
     def __init__(self, config: ApexConfig, index: int, exploration: float) -> None:
         torch.set_num_threads(1)
         self.config, self.index = config, index
-        self.agent = make_agent(config, "cpu")
+        self.policy = config.algorithm.make_actor(config)
         self.exploration = float(exploration)
         seed = (
             config.seed * 10_007 + index * config.envs_per_actor
@@ -47,7 +48,7 @@ class ApexActor:
         return self.steps_since_sync >= self.config.parameter_sync_steps
 
     def load_parameters(self, state: dict[str, torch.Tensor], version: int) -> None:
-        self.agent.load_actor_state(state)
+        self.policy.load_actor_state(state)
         self.parameter_version = version
         self.steps_since_sync = 0
 
@@ -60,7 +61,7 @@ class ApexActor:
         exploration = torch.full((num_envs,), self.exploration)
         for _ in range(steps):
             obs_tensor = torch.as_tensor(self.obs)
-            action = self.agent.act(obs_tensor, exploration).cpu()
+            action = self.policy.act(obs_tensor, exploration).cpu()
             next_obs, reward, term, trunc, info = self.env.step(action.numpy())
             obs.append(obs_tensor)
             actions.append(action)
@@ -96,7 +97,7 @@ class ApexActor:
             if not self.config.initial_priorities:  # NaN: the replay's largest priority so far
                 priorities = torch.full((count,), float("nan"))
             elif count:
-                priorities = self.agent.initial_priorities(transitions)
+                priorities = self.policy.initial_priorities(transitions)
             else:
                 priorities = torch.zeros(0)
             # numpy, not tensors, cross to the replay: torch's shared-memory handover fetches a
@@ -116,7 +117,7 @@ class ApexActor:
         transitions = nstep.add(rollout)
         priorities = np.full(tuple(rollout.rewards.shape), np.nan, dtype=np.float32)
         if len(transitions["actions"]) and self.config.initial_priorities:
-            priorities[nstep.kept.numpy()] = self.agent.initial_priorities(transitions).numpy()
+            priorities[nstep.kept.numpy()] = self.policy.initial_priorities(transitions).numpy()
         num_envs = self.config.envs_per_actor
         steps = {
             "obs": rollout.obs.numpy(),

@@ -16,7 +16,7 @@ import torch
 
 from workbench.apex.exploration import actor_epsilons, actor_noise_scales
 from workbench.envs import env_spaces
-from workbench.learners import DDPG, DQN, DDPGConfig, DQNConfig
+from workbench.learners import DDPG, DQN, DDPGConfig, DPGActor, DQNConfig, QActor
 from workbench.models import ContinuousQ, DeterministicPolicy, QNetwork
 
 if TYPE_CHECKING:  # the config names its algorithm: a type-only import, no cycle at runtime
@@ -50,7 +50,12 @@ class ApexAlgorithm(ABC):
 
     @abstractmethod
     def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
-        """The learner (or an actor's copy), sized from the env's spaces."""
+        """The learner, sized from the env's spaces."""
+
+    @abstractmethod
+    def make_actor(self, config: ApexConfig) -> Any:
+        """What an actor acts and computes initial priorities with, on the CPU: the learner's
+        networks without its optimizers (``act``, ``initial_priorities``, ``load_actor_state``)."""
 
     def make_policy_network(self, config: ApexConfig, obs_shape: tuple, num_actions: int) -> Any:
         """The network a checkpoint's weights fill to play the learned policy."""
@@ -87,14 +92,19 @@ class ApexDQN(ApexAlgorithm):
         return actor_epsilons(num_actors, base, alpha)
 
     def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DQN:
+        return DQN(self.q_network(config), config.agent, device=device)
+
+    def make_actor(self, config: ApexConfig) -> QActor:
+        return QActor(self.q_network(config), config.agent)
+
+    def q_network(self, config: ApexConfig) -> QNetwork:
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         if not hasattr(action_space, "n"):
             raise ValueError(
                 f"{config.env_id} has continuous actions; Ape-X DQN needs discrete ones. "
                 "Use algo='ddpg' (Ape-X DPG)."
             )
-        network = self.make_policy_network(config, observation_space.shape, int(action_space.n))
-        return DQN(network, config.agent, device=device)
+        return self.make_policy_network(config, observation_space.shape, int(action_space.n))
 
     def make_policy_network(self, config: ApexConfig, obs_shape: tuple, num_actions: int) -> Any:
         return QNetwork(obs_shape, num_actions, **config.model_options)
@@ -113,6 +123,13 @@ class ApexDPG(ApexAlgorithm):
         return actor_noise_scales(num_actors)
 
     def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DDPG:
+        return DDPG(*self.networks(config), config.agent, device=device)
+
+    def make_actor(self, config: ApexConfig) -> DPGActor:
+        return DPGActor(*self.networks(config))
+
+    def networks(self, config: ApexConfig) -> tuple[DeterministicPolicy, ContinuousQ]:
+        """The policy and the critic, sized from the env's spaces."""
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         if hasattr(action_space, "n"):
             raise ValueError(
@@ -124,7 +141,7 @@ class ApexDPG(ApexAlgorithm):
             obs_dim, action_space.low, action_space.high, **config.model_options
         )
         critic = ContinuousQ(obs_dim, int(np.prod(action_space.shape)), **config.model_options)
-        return DDPG(policy, critic, config.agent, device=device)
+        return policy, critic
 
 
 APEX_ALGORITHMS: dict[str, ApexAlgorithm] = {a.name: a for a in (ApexDQN(), ApexDPG())}
@@ -139,6 +156,6 @@ def apex_algorithm(name: str) -> ApexAlgorithm:
 
 
 def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
-    """The learner (or an actor's copy) of ``config``'s algorithm: ``DQN`` on a ``QNetwork`` or
-    ``DDPG`` on a policy and a critic, sized from the env's spaces."""
+    """The learner of ``config``'s algorithm: ``DQN`` on a ``QNetwork`` or ``DDPG`` on a policy
+    and a critic, sized from the env's spaces (an actor builds ``make_actor``'s instead)."""
     return apex_algorithm(config.algo).make_agent(config, device)

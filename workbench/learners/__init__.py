@@ -19,8 +19,8 @@ from workbench.learners.base import (
     move_optimizer_state,
 )
 from workbench.learners.data_parallel import DataParallelLearner, RunLearner, replica_factory
-from workbench.learners.ddpg import DDPG, DDPGConfig, GaussianExploration
-from workbench.learners.dqn import DQN, DQNConfig
+from workbench.learners.ddpg import DDPG, DDPGConfig, DPGActor, GaussianExploration
+from workbench.learners.dqn import DQN, DQNConfig, QActor
 from workbench.learners.impala import IMPALA, IMPALAConfig
 from workbench.learners.ppo import PPO, PPOConfig
 from workbench.learners.precision import (
@@ -37,8 +37,10 @@ __all__ = [
     "A2CConfig",
     "DDPG",
     "DDPGConfig",
+    "DPGActor",
     "DQN",
     "DQNConfig",
+    "QActor",
     "DataParallelLearner",
     "GaussianExploration",
     "GradientStep",

@@ -44,7 +44,14 @@ from workbench.learners.base import GradientStep, Reduction, move_optimizer_stat
 from workbench.learners.dqn import transition_batch
 from workbench.models import ContinuousQ, DeterministicPolicy
 
-__all__ = ["DDPG", "DDPGConfig", "GaussianExploration", "gaussian_exploration"]
+__all__ = [
+    "DDPG",
+    "DDPGConfig",
+    "DPGActor",
+    "GaussianExploration",
+    "dpg_targets",
+    "gaussian_exploration",
+]
 
 
 @dataclass
@@ -172,6 +179,75 @@ class GaussianExploration(nn.Module):
         return {"action": gaussian_exploration(self.policy, obs, self.noise_scale)}
 
 
+@torch.no_grad()
+def dpg_targets(
+    target_policy: DeterministicPolicy, target_critic: ContinuousQ, batch: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """``y = returns + discounts * Q'(next_obs, mu'(next_obs))`` ``[N]`` (Lillicrap et al. 2016,
+    Alg. 1, with n-step returns)."""
+    next_obs = batch["next_obs"]
+    return batch["returns"] + batch["discounts"] * target_critic(next_obs, target_policy(next_obs))
+
+
+def float_transitions(
+    batch: dict[str, Any], device: torch.device, who: str
+) -> dict[str, torch.Tensor]:
+    """A batch of n-step transitions as float32 tensors on ``device`` (weights default 1)."""
+    batch = transition_batch(batch, device, who)
+    return {key: value.to(torch.float32) for key, value in batch.items()}
+
+
+class DPGActor:
+    """What an Ape-X DPG actor acts and prioritizes with: the policy plus Gaussian noise of its
+    own scale, and the |n-step TD error| of its new transitions under copies of the critic and
+    both target networks, exactly as the learner would compute it (Horgan et al. 2018, Alg. 1,
+    line 11). No optimizer: acting apart from learning. It loads what ``DDPG.actor_state``
+    publishes (keys ``policy.*``, ``critic.*``, ``target_policy.*``, ``target_critic.*``).
+    """
+
+    def __init__(
+        self,
+        policy: DeterministicPolicy,
+        critic: ContinuousQ,
+        *,
+        device: "str | torch.device" = "cpu",
+    ) -> None:
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device).requires_grad_(False)
+        self.critic = critic.to(self.device).requires_grad_(False)
+        self.target_policy = copy.deepcopy(self.policy)
+        self.target_critic = copy.deepcopy(self.critic)
+
+    def networks(self) -> dict[str, nn.Module]:
+        """The four networks by name, as ``DDPG.networks`` names the learner's."""
+        return {
+            "policy": self.policy,
+            "critic": self.critic,
+            "target_policy": self.target_policy,
+            "target_critic": self.target_critic,
+        }
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, exploration: "float | torch.Tensor") -> torch.Tensor:
+        """``mu(s)`` plus Gaussian noise of std ``exploration * (high - low) / 2`` per row."""
+        return gaussian_exploration(self.policy, torch.as_tensor(obs).to(self.device), exploration)
+
+    @torch.no_grad()
+    def initial_priorities(self, transitions: dict[str, Any]) -> torch.Tensor:
+        """|n-step TD error| ``[N]`` on the CPU."""
+        batch = float_transitions(transitions, self.device, "DPGActor.initial_priorities")
+        td_target = dpg_targets(self.target_policy, self.target_critic, batch)
+        return (td_target - self.critic(batch["obs"], batch["actions"])).abs().cpu()
+
+    def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load ``DDPG.actor_state()`` (from a learner) into these networks."""
+        for name, module in self.networks().items():
+            prefix = f"{name}."
+            module.load_state_dict(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            )
+
+
 class DDPG:
     """n-step DDPG on a ``DeterministicPolicy`` and a ``ContinuousQ``: one critic step, one actor
     step and a target update per ``update(batch)``.
@@ -259,15 +335,11 @@ class DDPG:
 
     def transitions(self, batch: dict[str, Any], who: str) -> dict[str, torch.Tensor]:
         """A batch of n-step transitions as float32 tensors on the device (weights default 1)."""
-        batch = transition_batch(batch, self.device, f"DDPG.{who}")
-        return {key: value.to(torch.float32) for key, value in batch.items()}
+        return float_transitions(batch, self.device, f"DDPG.{who}")
 
-    @torch.no_grad()
     def targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``y = returns + discounts * Q'(next_obs, mu'(next_obs))`` ``[N]``."""
-        next_obs = batch["next_obs"]
-        next_q = self.target_critic(next_obs, self.target_policy(next_obs))
-        return batch["returns"] + batch["discounts"] * next_q
+        """``dpg_targets`` of the target networks."""
+        return dpg_targets(self.target_policy, self.target_critic, batch)
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic step, one actor step and a target update on a batch of n-step transitions.

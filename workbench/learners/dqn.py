@@ -48,7 +48,15 @@ from workbench.learners.base import (
 from workbench.models import EpsilonGreedy, QNetwork
 from workbench.replay import TRANSITION_KEYS
 
-__all__ = ["DQN", "DQNConfig", "transition_batch"]
+__all__ = [
+    "DQN",
+    "DQNConfig",
+    "QActor",
+    "categorical_q_loss",
+    "next_q_values",
+    "q_losses",
+    "transition_batch",
+]
 
 
 @dataclass
@@ -143,6 +151,118 @@ def transition_batch(
         else torch.as_tensor(weights, dtype=torch.float32).to(device)
     )
     return out
+
+
+def q_losses(
+    online: QNetwork,
+    target: QNetwork,
+    batch: dict[str, torch.Tensor],
+    config: DQNConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample loss, ``Q(s, a)`` and priority: Huber on the n-step TD error and |TD error|,
+    or for C51 the cross-entropy of Alg. 1, which is also its priority (Hessel et al. 2018).
+    ``target`` values the next states (an actor passes its one network as both)."""
+    check_precision(config.autocast, device, "DQN")
+    actions = batch["actions"].long()
+    if online.num_atoms > 1:
+        loss_per_sample, q_taken = categorical_q_loss(
+            online, target, batch, actions, config, device
+        )
+        return loss_per_sample, q_taken, loss_per_sample.detach()
+    with config.autocast_context(device):  # the forward pass; the loss in float32
+        q_values = online(batch["obs"]).float()
+    q_taken = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
+    with torch.no_grad():
+        bootstrap = next_q_values(online, target, batch["next_obs"], config, device)
+        td_target = batch["returns"] + batch["discounts"] * bootstrap
+    loss_per_sample = F.smooth_l1_loss(q_taken, td_target, reduction="none")  # Huber, delta 1
+    return loss_per_sample, q_taken, (td_target - q_taken).detach().abs()
+
+
+@torch.no_grad()
+def next_q_values(
+    online: QNetwork,
+    target: QNetwork,
+    next_obs: torch.Tensor,
+    config: DQNConfig,
+    device: torch.device,
+) -> torch.Tensor:
+    """``Q_target(s', a*)`` ``[N]``, ``a*`` chosen by the online network when ``double``
+    (van Hasselt et al. 2016, Eq. 4; ``kernels.double_q_action``)."""
+    with config.autocast_context(device):
+        target_q = target(next_obs).float()
+        online_q = online(next_obs).float() if config.double else None
+    action = double_q_action(target_q, online_q)
+    return target_q.gather(1, action.unsqueeze(1)).squeeze(1)
+
+
+def categorical_q_loss(
+    online: QNetwork,
+    target: QNetwork,
+    batch: dict[str, torch.Tensor],
+    actions: torch.Tensor,
+    config: DQNConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy between the projected target distribution and the online one (Alg. 1)."""
+    support = online.support
+    rows = torch.arange(actions.shape[0], device=device)
+    with torch.no_grad(), config.autocast_context(device):
+        next_probs = target.distribution(batch["next_obs"]).float()  # [N, A, atoms]
+        online_q = online(batch["next_obs"]).float() if config.double else None
+    with torch.no_grad():
+        target_q = (next_probs * support).sum(-1)
+        next_action = double_q_action(target_q, online_q)
+        projected = categorical_projection(
+            next_probs[rows, next_action], batch["returns"], batch["discounts"], support
+        )
+    with config.autocast_context(device):  # log-softmax runs in float32 there
+        log_probs = online.distribution(batch["obs"], log=True).float()[rows, actions]
+    q_taken = (log_probs.exp() * support).sum(-1)
+    return -(projected * log_probs).sum(-1), q_taken
+
+
+class QActor:
+    """What an Ape-X actor acts and prioritizes with: a ``QNetwork`` acting epsilon-greedily, and
+    the |TD error| of its new transitions under that same network, which serves as its own
+    target (Horgan et al. 2018, Alg. 1). No optimizer and no target copy: acting apart from
+    learning, as rlpyt keeps an agent apart from its algorithm. It loads what
+    ``DQN.actor_state`` publishes.
+
+    Args:
+        q_network: the actor's copy of the learner's network.
+        config: the learner's ``DQNConfig`` (its n-step, double, precision settings).
+    """
+
+    def __init__(
+        self,
+        q_network: QNetwork,
+        config: DQNConfig | None = None,
+        *,
+        device: "str | torch.device" = "cpu",
+    ) -> None:
+        self.config = config = config or DQNConfig()
+        self.device = torch.device(device)
+        if config.channels_last:  # the learner's memory layout, as its copy had
+            q_network.to(memory_format=torch.channels_last)
+        self.q_network = q_network.to(self.device).requires_grad_(False)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, exploration: "float | torch.Tensor") -> torch.Tensor:
+        """Epsilon-greedy actions ``[B]`` with one epsilon per row (``exploration``)."""
+        return self.q_network.act(torch.as_tensor(obs).to(self.device), exploration)["action"]
+
+    @torch.no_grad()
+    def initial_priorities(self, transitions: dict[str, Any]) -> torch.Tensor:
+        """|TD error| of each transition ``[N]`` on the CPU (C51: its cross-entropy)."""
+        batch = transition_batch(transitions, self.device, "QActor.initial_priorities")
+        q = self.q_network
+        return q_losses(q, q, batch, self.config, self.device)[2].cpu()
+
+    def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load the parameters a learner published (``DQN.actor_state``)."""
+        self.q_network.load_state_dict(state)
 
 
 class DQN:
@@ -245,50 +365,12 @@ class DQN:
     def losses(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sample loss, ``Q(s, a)`` and priority: Huber on the n-step TD error and |TD error|,
-        or for C51 the cross-entropy of Alg. 1, which is also its priority (Hessel et al. 2018)."""
-        check_precision(self.config.autocast, self.device, "DQN")
-        actions = batch["actions"].long()
-        if self.q_network.num_atoms > 1:
-            loss_per_sample, q_taken = self.categorical_loss(batch, actions)
-            return loss_per_sample, q_taken, loss_per_sample.detach()
-        with self.config.autocast_context(self.device):  # the forward pass; the loss in float32
-            q_values = self.q_network(batch["obs"]).float()
-        q_taken = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
-        with torch.no_grad():
-            target = batch["returns"] + batch["discounts"] * self.next_values(batch["next_obs"])
-        loss_per_sample = F.smooth_l1_loss(q_taken, target, reduction="none")  # Huber, delta 1
-        return loss_per_sample, q_taken, (target - q_taken).detach().abs()
+        """``q_losses`` of the online network against the target network."""
+        return q_losses(self.q_network, self.target, batch, self.config, self.device)
 
-    @torch.no_grad()
     def next_values(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """``Q_target(s', a*)`` ``[N]``, ``a*`` chosen by the online network when ``double``
-        (van Hasselt et al. 2016, Eq. 4; ``kernels.double_q_action``)."""
-        with self.config.autocast_context(self.device):
-            target_q = self.target(next_obs).float()
-            online_q = self.q_network(next_obs).float() if self.config.double else None
-        action = double_q_action(target_q, online_q)
-        return target_q.gather(1, action.unsqueeze(1)).squeeze(1)
-
-    def categorical_loss(
-        self, batch: dict[str, torch.Tensor], actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy between the projected target distribution and the online one (Alg. 1)."""
-        support = self.q_network.support
-        rows = torch.arange(actions.shape[0], device=self.device)
-        with torch.no_grad(), self.config.autocast_context(self.device):
-            next_probs = self.target.distribution(batch["next_obs"]).float()  # [N, A, atoms]
-            online_q = self.q_network(batch["next_obs"]).float() if self.config.double else None
-        with torch.no_grad():
-            target_q = (next_probs * support).sum(-1)
-            next_action = double_q_action(target_q, online_q)
-            target = categorical_projection(
-                next_probs[rows, next_action], batch["returns"], batch["discounts"], support
-            )
-        with self.config.autocast_context(self.device):  # log-softmax runs in float32 there
-            log_probs = self.q_network.distribution(batch["obs"], log=True).float()[rows, actions]
-        q_taken = (log_probs.exp() * support).sum(-1)
-        return -(target * log_probs).sum(-1), q_taken
+        """``next_q_values`` of the online and the target network."""
+        return next_q_values(self.q_network, self.target, next_obs, self.config, self.device)
 
     # --- what an Ape-X actor does with its copy of the networks -----------------------------------
 

@@ -281,6 +281,20 @@ def test_no_algorithm_is_chosen_by_its_name_outside_the_registries():
     assert offending == []
 
 
+def test_one_metric_vocabulary_a_gradient_norm_is_a_loss_row_in_every_learner():
+    # A learner's gradient norm is logged beside its losses (``losses/grad_norm``, DDPG's
+    # ``losses/critic_grad_norm``), never under ``charts/``, so one chart reads every algorithm.
+    keys = {
+        node.value
+        for name, tree in TREES.items()
+        if name.startswith("workbench.learners")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if node.value.endswith("grad_norm") and "/" in node.value
+    }
+    assert keys and {key.split("/")[0] for key in keys} == {"losses"}, keys
+
+
 def test_ray_is_imported_only_by_the_cluster_module_and_the_ray_transports():
     allowed = {
         "workbench.cluster",

@@ -43,7 +43,7 @@ PPO_KEYS = {
     "losses/clip_fraction",
     "losses/explained_variance",
     "charts/learning_rate",
-    "charts/grad_norm",
+    "losses/grad_norm",
 }
 A2C_KEYS = PPO_KEYS - {"losses/clip_fraction"}
 
@@ -242,14 +242,14 @@ def test_global_norm_clipping_bounds_the_gradient_and_reports_the_norm_before_cl
     m_unclipped = unclipped.update(rollout)
     m_clipped = clipped.update(rollout)
     # The gradients left on the parameters after the step: as computed, and after clipping.
-    assert m_unclipped["charts/grad_norm"] == pytest.approx(grad_norm(unclipped.model), rel=1e-5)
-    assert m_clipped["charts/grad_norm"] == pytest.approx(m_unclipped["charts/grad_norm"], rel=1e-6)
-    assert m_clipped["charts/grad_norm"] > 1e-2
+    assert m_unclipped["losses/grad_norm"] == pytest.approx(grad_norm(unclipped.model), rel=1e-5)
+    assert m_clipped["losses/grad_norm"] == pytest.approx(m_unclipped["losses/grad_norm"], rel=1e-6)
+    assert m_clipped["losses/grad_norm"] > 1e-2
     assert grad_norm(clipped.model) == pytest.approx(1e-3, rel=1e-3)
 
     ppo = PPO(copy.deepcopy(model), PPOConfig(max_grad_norm=0.01))
     metrics = ppo.update(rollout)
-    assert metrics["charts/grad_norm"] > 0.01  # mean pre-clip norm over minibatch steps
+    assert metrics["losses/grad_norm"] > 0.01  # mean pre-clip norm over minibatch steps
     assert grad_norm(ppo.model) <= 0.01 * (1 + 1e-4)
 
 
@@ -359,7 +359,7 @@ def test_bfloat16_autocast_update_stays_close_to_the_float32_update(kind):
     assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=2e-2)
     assert got["losses/entropy"] == pytest.approx(expected["losses/entropy"], rel=1e-2)
     assert got["losses/policy"] == pytest.approx(expected["losses/policy"], abs=5e-3)
-    assert got["charts/grad_norm"] == pytest.approx(expected["charts/grad_norm"], rel=5e-2)
+    assert got["losses/grad_norm"] == pytest.approx(expected["losses/grad_norm"], rel=5e-2)
     cosine = torch.nn.functional.cosine_similarity(
         step_of(before, mixed.model), step_of(before, reference.model), dim=0
     )
@@ -452,7 +452,7 @@ def test_float16_with_grad_scaler_on_cuda_stays_close_and_checkpoints_its_scale(
     expected, got = reference.update(rollout), mixed.update(rollout)
     assert mixed.gradient_step.scaler.get_scale() == scale  # this step was taken, not skipped
     assert got["losses/value"] == pytest.approx(expected["losses/value"], rel=1e-2)
-    assert got["charts/grad_norm"] == pytest.approx(expected["charts/grad_norm"], rel=2e-2)
+    assert got["losses/grad_norm"] == pytest.approx(expected["losses/grad_norm"], rel=2e-2)
     # what the step left in .grad: unscaled by the scaler, clipped alike in both
     cosine = torch.nn.functional.cosine_similarity(
         gradient_of(mixed.model), gradient_of(reference.model), dim=0

@@ -115,7 +115,7 @@ class A2C(PolicyGradientLearner):
         Keys: ``losses/policy``, ``losses/value``, ``losses/entropy``, ``losses/approx_kl`` (KL
         estimate from the behaviour policy to the current one before the step: the policy lag, 0
         when the sampler acted with this very model), ``losses/explained_variance``,
-        ``charts/learning_rate``, ``charts/grad_norm`` (global norm before clipping).
+        ``charts/learning_rate``, ``losses/grad_norm`` (global norm before clipping).
         """
         c, reduce = self.config, self.reduction
         rollout, behaviour_values, advantages, returns = self.prepare(rollout)
@@ -139,5 +139,5 @@ class A2C(PolicyGradientLearner):
             "losses/approx_kl": approx_kl,
             "losses/explained_variance": reduce.explained_variance(behaviour_values, returns),
             "charts/learning_rate": self.learning_rate,
-            "charts/grad_norm": grad_norm,
+            "losses/grad_norm": grad_norm,
         }

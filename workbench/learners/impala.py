@@ -130,7 +130,7 @@ class IMPALA:
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One gradient step on a time-major batch of unrolls (``[T + 1, B, ...]``, the keys of
         ``UNROLL_KEYS``). Keys: ``losses/total``, ``losses/policy``, ``losses/value``,
-        ``losses/entropy``, ``charts/grad_norm``, ``charts/learning_rate``, ``charts/mean_rho``
+        ``losses/entropy``, ``losses/grad_norm``, ``charts/learning_rate``, ``charts/mean_rho``
         (the importance weights pi / mu before clipping) and ``charts/clipped_rho_fraction``."""
         c, reduce = self.config, self.reduction
         missing = [key for key in UNROLL_KEYS if key not in batch]
@@ -192,7 +192,7 @@ class IMPALA:
             "losses/policy": float(pg_loss.detach()),
             "losses/value": float(baseline_loss.detach()),
             "losses/entropy": float(entropy.detach()),
-            "charts/grad_norm": grad_norm,
+            "losses/grad_norm": grad_norm,
             "charts/learning_rate": self.optimizer.param_groups[0]["lr"],
             "charts/mean_rho": mean_rho,
             "charts/clipped_rho_fraction": clipped,

@@ -128,7 +128,7 @@ class PPO(PolicyGradientLearner):
         ``(r - 1) - log r`` estimator, http://joschu.net/blog/kl-approx.html),
         ``losses/clip_fraction`` (share of samples with ``|r - 1| > clip_coef``),
         ``losses/explained_variance`` (of the stored values), ``charts/learning_rate``,
-        ``charts/grad_norm`` (global norm before clipping), ``charts/epochs``
+        ``losses/grad_norm`` (global norm before clipping), ``charts/epochs``
         (fewer than ``num_epochs`` after a ``target_kl`` stop).
         """
         c, reduce = self.config, self.reduction
@@ -186,7 +186,7 @@ class PPO(PolicyGradientLearner):
                     ("losses/entropy", entropy.item()),
                     ("losses/approx_kl", approx_kl),
                     ("losses/clip_fraction", clip_fraction),
-                    ("charts/grad_norm", grad_norm),
+                    ("losses/grad_norm", grad_norm),
                 ):
                     sums[key] = sums.get(key, 0.0) + value
                 steps += 1

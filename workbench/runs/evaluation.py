@@ -22,6 +22,7 @@ import torch
 from workbench.envs import env_spaces, is_atari, make_vector_env
 from workbench.models import QNetwork, QPolicy, RecurrentQNetwork, RecurrentQPolicy
 from workbench.runs.checkpoints import load_checkpoint_file, save_atomically
+from workbench.runs.recipe_run import RunnableRecipe
 
 __all__ = [
     "EVALUATION_SEED",
@@ -88,7 +89,7 @@ class Evaluation:
         }
 
 
-def load_policy(recipe: Any, checkpoint: "str | Path") -> torch.nn.Module:
+def load_policy(recipe: RunnableRecipe, checkpoint: "str | Path") -> torch.nn.Module:
     """``recipe``'s model (``recipe.make_model``, sized by its ``env_options``) with the weights of
     ``checkpoint`` (a run's folder or its ``checkpoint.pt``: a ``Run``'s, a SEED run's or an
     Ape-X DQN run's), in eval mode on the CPU. A Q-network comes back as a ``QPolicy`` (R2D2's

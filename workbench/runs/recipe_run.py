@@ -1,19 +1,51 @@
 """``run_recipe``: a recipe's run to its target, its env-step budget or a time limit, with the
 learning curve ``benchmarks/learning.py`` records. Every kind of recipe (``runs.recipes``,
-``apex.recipes``, ``seed.recipes``) runs through it: it needs only ``make_run(seed)``,
-``target_return`` and ``total_steps``."""
+``apex.recipes``, ``seed.recipes``) runs through it: it needs only what ``RunnableRecipe``
+declares."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["run_recipe"]
+import torch
+
+__all__ = ["RunnableRecipe", "run_recipe"]
+
+
+@runtime_checkable
+class RunnableRecipe(Protocol):
+    """What every recipe is, whatever system it runs (``runs.recipes.Recipe``,
+    ``apex.recipes.ApexRecipe``, ``seed.recipes.SeedRecipe``): a named run with its stated
+    target, which ``run_recipe``, ``benchmarks/learning.py``, ``runs.evaluation`` and the
+    terminal (``python -m workbench``) use alike."""
+
+    name: str
+    env_id: str
+    target_return: float
+    """The return its claim states (of the run's ``target_metric``)."""
+    total_steps: int
+    """Its env-step budget."""
+    note: str
+
+    def make_run(
+        self,
+        seed: int,
+        *,
+        runs_dir: str | None = None,
+        name: str | None = None,
+        resume_from: Any = None,
+    ) -> Any:
+        """Its run at ``seed`` (a ``RunLifecycle``), not started; ``resume_from`` continues a
+        checkpoint of it."""
+
+    def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
+        """The network its run trains (what a checkpoint's weights fill to play)."""
 
 
 def run_recipe(
-    recipe: Any,
+    recipe: RunnableRecipe,
     seed: int,
     *,
     max_seconds: float | None = None,

@@ -158,10 +158,8 @@ def _cartpole_apex() -> ApexConfig:
         model_options=dict(dueling=True, hidden=(256, 256)),
         num_actors=4,
         learning_starts=1_000,
-        # A floor as well as a cap: with 4 actors on 2 cores the learner fell to 5.5 samples per
-        # transition here and to fewer on a busier CI machine, where the run spent its 200k env
-        # steps before the learner had made the updates it needs (a CI failure). With the floor,
-        # actors wait for the learner and the updates per env step hold on any machine.
+        # A floor as well as a cap: actors wait for the learner, so the updates per env step
+        # hold on a busy or a slow machine too (docs/recipes.md).
         min_replay_ratio=16.0,
         max_replay_ratio=32.0,
     )
@@ -214,12 +212,9 @@ def _pong_apex_fast() -> ApexConfig:
     # initial priorities, central prioritized replay and per-actor epsilons (4 actors x 4 envs:
     # 0.4, 0.051, 0.0066, 0.00066), and a learner that gets the updates DQN needs. Two cores
     # hold one learner, so updates per second are the budget: small batches (64), many of
-    # them, the target copied every 1,000 updates. apex-dqn-pong's hour made 5,099 updates of
-    # 256 and two target copies and never left -21. At DQN's 8 samples per env step and Adam at
-    # 1.5e-4 the learner took 85% of a core and the actors waited on the other: -19.2 after
-    # 38 min; at 4 (min = max, so the actors still wait for the learner) they step twice as
-    # many envs on the CPU it leaves, and at 5e-4 it learns faster per update: -9.1 after
-    # 45 min (data/probe_apex_lr5e-4_ratio4.json), where 3e-4 at 8 was near -15.
+    # them, the target copied every 1,000 updates; 4 samples trained per env step, held from
+    # both sides (the actors step envs on the CPU the learner leaves), Adam at 5e-4. How each
+    # was found, with the records: docs/recipes.md.
     return ApexConfig(
         env_id="ALE/Pong-v5",
         env_options={"repeat_action_probability": 0.0, "screen_size": 42},

@@ -329,8 +329,7 @@ RECIPES: dict[str, Recipe] = {
             # (35 s instead of 2.5 s per update, measured); on an idle machine two are ~15% faster.
             torch_threads=1,
             # bfloat16 halves an update on the AVX-512 bf16 EPYC but is emulated on an AVX2-only
-            # one, 5-7x slower there (data/learner_updates_avx2.json): notebook 04's cells of
-            # this recipe took 573 s of CI's 55 min on that CPU when bfloat16 was fixed here.
+            # one, 5-7x slower there (data/learner_updates_avx2.json; docs/recipes.md).
             measure_precision=True,
         ),
         Recipe(
@@ -338,11 +337,9 @@ RECIPES: dict[str, Recipe] = {
             env_id="ALE/Pong-v5",
             algorithm=PPO,
             config=PPOConfig(
-                # 5e-4, twice CleanRL's, annealed to 0 over the budget as CleanRL's is. CleanRL's
-                # rate and small CNN at 84x84 left seed 0 at -11 after 2.2M env steps (21 min,
-                # learning_ppo_pong_fast_v1.json). Held constant, 5e-4 took seed 0 to 18 in 11 min
-                # but it ended its 30 at 17.65; seed 1 never reached 18 (..._constant_lr.json).
-                # The annealed rate sharpens the policy late.
+                # 5e-4, twice CleanRL's, annealed to 0 over the budget as CleanRL's is: CleanRL's
+                # rate was too slow at this size, a constant one left seeds short of 18, the
+                # annealed rate sharpens the policy late (docs/recipes.md).
                 learning_rate=5e-4,
                 anneal_lr=True,
                 gamma=0.99,

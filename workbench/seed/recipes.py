@@ -175,31 +175,14 @@ def _vtrace_pong() -> SeedConfig:
 
 
 def _vtrace_pong_fast() -> SeedConfig:
-    # seed-vtrace-pong's hour made 4 Adam steps a second of 640 samples, each trained once, and
-    # was at -19 after 7.7k steps, where PPO was too: on two cores progress follows the learner's
-    # steps, not env steps. So PPO's budget: 240-sample steps (12 unrolls of 20), each unroll
-    # learned 4 times (3 fresh unrolls and 9 replayed per step, V-trace correcting their lag;
-    # the actors wait when the learner falls 2 updates behind), Adam at 5e-4 annealed to 0,
-    # bfloat16 where it times faster. Two actors of 16 envs answering in halves of 8.
-    # The anneal spans 120k updates, about two hours here. Over 60k (one hour) seeds 0 and 1
-    # crossed 18 at 31.9 and 30.6 min and seed 2 sat at 11-15 as the rate ran out
-    # (data/learning_seed_vtrace_pong_fast_anneal_60k.json); over 120k seed 2 crossed at 39.2 min
-    # but seed 0 sat at 12-16 (data/learning_seed_vtrace_pong_fast_entropy_0.01.json), and both
-    # final policies played 6-8 points worse with sampled actions than with greedy ones. V-trace's
-    # advantages are not normalized (PPO's are), so on Pong's small clipped returns an entropy cost
-    # of 0.01 weighs far more against the policy gradient than PPO's 0.01 does: halved to 0.005,
-    # seed 0 reached 18 in 21.8k updates (47 min on the AVX2-only EPYC, half the usual learner
-    # rate) and its policy played +17.6 sampled, +17.9 greedy
-    # (data/learning_seed_vtrace_pong_fast_eager.json). There the learner made 6.7 updates/s
-    # (eager, one torch thread); its forward pass compiled (measured at start, kept where it
-    # pays), 8.9. A second learner thread was not steadily faster (1.05x, and 0.91x in a first
-    # pass; the actors starve): benchmarks/seed_levers.py, data/seed_levers.json.
-    # Compiled at 0.005, seeds 1 and 2 reached 18 at 36.8 and 55.5 min there and seed 0 missed it
-    # (-4.4 after 31k updates, its policy entropy falling from 1.03 to 0.59 while the return
-    # stalled, where the seeds that climbed had theirs rise again):
-    # data/learning_seed_vtrace_pong_fast_entropy_0.005.json. At 0.0075 the entropy stayed near
-    # 1.4 and seeds 0 and 1 reached 18 at 40.8 and 52.8 min
-    # (data/learning_seed_vtrace_pong_fast.json).
+    # On two cores progress follows the learner's steps, not env steps, so PPO's budget:
+    # 240-sample steps (12 unrolls of 20), each unroll learned 4 times (3 fresh and 9 replayed per
+    # step, V-trace correcting their lag; the actors wait when the learner falls 2 updates
+    # behind), Adam at 5e-4 annealed to 0 over 120k updates (about two hours here), precision
+    # measured at start. An entropy cost of 0.0075: V-trace's advantages are not normalized, so
+    # 0.01 outweighs the policy gradient on Pong's clipped returns, and at 0.005 a seed's entropy
+    # collapsed. Two actors of 16 envs answering in halves of 8. How each was found, with the
+    # records: docs/recipes.md.
     return SeedConfig(
         env_id="ALE/Pong-v5",
         algorithm="vtrace",

@@ -51,6 +51,7 @@ __all__ = [
     "GaussianExploration",
     "dpg_targets",
     "gaussian_exploration",
+    "load_networks",
 ]
 
 
@@ -197,6 +198,15 @@ def float_transitions(
     return {key: value.to(torch.float32) for key, value in batch.items()}
 
 
+def load_networks(networks: dict[str, nn.Module], state: dict[str, torch.Tensor]) -> None:
+    """Load ``DDPG.actor_state()``'s ``<name>.<key>`` entries into the networks of those names."""
+    for name, module in networks.items():
+        prefix = f"{name}."
+        module.load_state_dict(
+            {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        )
+
+
 class DPGActor:
     """What an Ape-X DPG actor acts and prioritizes with: the policy plus Gaussian noise of its
     own scale, and the |n-step TD error| of its new transitions under copies of the critic and
@@ -241,11 +251,7 @@ class DPGActor:
 
     def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
         """Load ``DDPG.actor_state()`` (from a learner) into these networks."""
-        for name, module in self.networks().items():
-            prefix = f"{name}."
-            module.load_state_dict(
-                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-            )
+        load_networks(self.networks(), state)
 
 
 class DDPG:
@@ -398,11 +404,7 @@ class DDPG:
 
     def load_actor_state(self, state: dict[str, torch.Tensor]) -> None:
         """Load ``actor_state()`` (from a learner) into these networks."""
-        for name, module in self.networks().items():
-            prefix = f"{name}."
-            module.load_state_dict(
-                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-            )
+        load_networks(self.networks(), state)
 
     def networks(self) -> dict[str, nn.Module]:
         """The four networks by name: ``policy``, ``critic``, ``target_policy``,

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/apex_over_time.py --actors 1 2 4 8 --seconds 240
 
 Ape-X's Fig. 5 asks whether more actors learn faster in wall time. One Ape-X DQN run on
-CartPole-v1 per actor count (``workbench.lab.apex_studies.return_over_time``: the notebook's
+CartPole-v1 per actor count (``workbench.studies.apex_studies.return_over_time``: the notebook's
 config, local transport), each for ``--seconds`` of wall time, all in one invocation so the rows
 are side by side: the return of the actor exploring least over time, the seconds to ``--target``
 and the replay ratio each run ends at (samples trained per transition added).
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from workbench.lab.apex_studies import apex_cartpole_config, return_over_time
+    from workbench.studies.apex_studies import apex_cartpole_config, return_over_time
 
     torch.set_num_threads(1)
     recording = record.Recording("apex_over_time")

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/apex_throughput.py --actors 1 2 4 8 --seconds 20 --repeats 2
 
 One Ape-X DQN run on CartPole-v1 per actor count
-(``workbench.lab.apex_studies.apex_cartpole_config``: 3-step double Q, dueling MLP 64x64, batch 64,
+(``workbench.studies.apex_studies.apex_cartpole_config``: 3-step double Q, dueling MLP 64x64, batch
+64,
 the learner running freely on one torch thread; local transport: one process per actor, one replay
 process, the learner in this one), all in one invocation so the rows are side by side. Each run is
 measured for ``--seconds`` after its warm-up (every actor has sent a block and the learner is
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from workbench.apex.transports import local as local_transport
-    from workbench.budget import budget_name
-    from workbench.lab import apex_studies
+    from workbench.course.budget import budget_name
+    from workbench.studies import apex_studies
     from workbench.system import machine_info
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ policy is the NatureCNN ``ActorCritic``, the same parameters on both sides:
 * SEED: env-only actor processes (no torch) and one central ``InferenceServer`` in this process
   answering all of them with batched forward passes (``workbench.seed.LocalActors``);
 * IMPALA-style: every actor process runs its own copy of the model, one batch-1 forward pass per
-  step on one torch thread (``workbench.lab.impala_actors.impala_actor_main``).
+  step on one torch thread (``workbench.measure.impala_actors.impala_actor_main``).
 
 At each actor count the two run one after the other (which goes first alternates), each measured
 for ``--seconds`` after its warm-up (every actor started and stepping; start-up is not counted).
@@ -145,8 +145,8 @@ def transport_row(result, limit: float) -> str:
 def measure_transports(args, settings) -> dict:
     """The limit, then every transport at every layout (passes interleaved, best kept)."""
     from workbench import cluster
-    from workbench.lab import seed_transports as transports
-    from workbench.lab.central_inference import make_model
+    from workbench.measure import seed_transports as transports
+    from workbench.measure.central_inference import make_model
 
     model = make_model(args.env)
     limit = transports.machine_limit(args.env, model, args.seconds)
@@ -231,8 +231,10 @@ def progress_line(result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench.budget import budget_name
-    from workbench.lab import central_inference as study  # workbench first: it sets OMP_WAIT_POLICY
+    from workbench.course.budget import budget_name
+    from workbench.measure import (
+        central_inference as study,
+    )  # workbench first: it sets OMP_WAIT_POLICY
     from workbench.system import machine_info
 
     machine = machine_info()

@@ -7,12 +7,12 @@ Stooke & Abbeel's samplers, Ape-X and SEED differ in where they spend the same f
 are measured one at a time, side by side in one run, for the two Atari networks of this package
 (the ``ppo-pong-fast`` recipe's ``UniverseCNN`` on 42x42 frames, and the NatureCNN on 84x84):
 
-* inference: observations/s of ``model.act`` against the batch size (``lab.throughput
+* inference: observations/s of ``model.act`` against the batch size (``measure.throughput
   .measure_inference``): a server's forward pass at each batch it may form;
 * learning: samples/s of a gradient step (forward, backward, Adam) against the minibatch size, in
   float32 and under bfloat16 autocast (``learners.precision.update_rate``);
 * env stepping (CPU only): Pong steps/s of ale_py's ``AtariVectorEnv`` (16 envs) at each thread
-  count, at both frame sizes (``lab.throughput.measure_vector_env``);
+  count, at both frame sizes (``measure.throughput.measure_vector_env``);
 * the host-to-device copy (a GPU only): seconds per batch of uint8 observations, and per byte.
 
 Every figure is a rate at saturation on the named threads or device; the seconds a batch takes are
@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def inference_rows(device, threads: list[int], seconds: float) -> list[dict]:
-    from workbench.lab.throughput import measure_inference
+    from workbench.measure.throughput import measure_inference
     from workbench.models import ActorCritic
 
     rows = []
@@ -94,8 +94,8 @@ def inference_rows(device, threads: list[int], seconds: float) -> list[dict]:
 def learning_rows(device, threads: list[int], seconds: float) -> list[dict]:
     import torch
 
-    from workbench.lab.throughput import torch_threads
     from workbench.learners.precision import update_rate
+    from workbench.measure.throughput import torch_threads
     from workbench.models import ActorCritic
 
     rows = []
@@ -138,7 +138,7 @@ def learning_rows(device, threads: list[int], seconds: float) -> list[dict]:
 
 
 def env_rows(threads: list[int], seconds: float) -> list[dict]:
-    from workbench.lab.throughput import measure_vector_env
+    from workbench.measure.throughput import measure_vector_env
 
     rows = []
     for screen in (42, 84):

@@ -6,7 +6,7 @@
 The same PPO update of ``--recipe``'s learner (default ``ppo-pong``: CleanRL's settings, Nature CNN
 on 84x84 frames, 8 envs x 128 steps) on one rollout, with one learner in this process and with
 groups of ``DataParallelLearner`` replicas (gloo on CPU "devices", NCCL on GPUs), all from the
-same parameters (``workbench.lab.learner_scaling``), in one invocation so the rows are side by
+same parameters (``workbench.measure.learner_scaling``), in one invocation so the rows are side by
 side. Stooke & Abbeel (2018, Sec. 3) split Atari's large batches over up to 8 GPUs this way.
 
 It prints a table, writes ``--out`` (JSON: command, commit, machine, date, load averages, every
@@ -54,7 +54,7 @@ def table_row(row) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench.lab.learner_scaling import learner_scaling
+    from workbench.measure.learner_scaling import learner_scaling
 
     recording = record.Recording("learner_scaling")
     machine = recording.machine

@@ -5,7 +5,7 @@
 One recipe, tuned at its own ``B x T``, trained at each ``--shapes`` batch under the rules
 ``none`` (its tuned learning rate), ``sqrt`` and ``linear`` (``kernels.scaled_learning_rate``;
 Stooke & Abbeel 2018, Sec. 4), once per seed, each run to the recipe's target or
-``--total-steps`` (``workbench.lab.lr_rules``). It prints every run and the per-rule summary
+``--total-steps`` (``workbench.studies.lr_rules``). It prints every run and the per-rule summary
 (median and range over seeds), writes ``--out`` (JSON: command, commit, machine, date, every run
 and the summary) and ends with ``ratios: <rule>_reached_at_<largest batch>=<x> ...`` (the share
 of seeds that reached the target at the largest batch) and ``<rule>_vs_none_at_<largest>=<y>``:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from workbench.lab.lr_rules import lr_rules_study, rules_summary
+    from workbench.studies.lr_rules import lr_rules_study, rules_summary
 
     torch.set_num_threads(1)
     recording = record.Recording("lr_rules")

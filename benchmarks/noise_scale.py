@@ -5,8 +5,8 @@
 McCandlish et al. (2018, Eq. 2.8 and App. A.1) predict the critical batch from the simple noise
 scale ``B_simple = tr(Σ) / |G|²``: below it a doubled batch nearly halves the steps a run needs,
 far above it the extra samples buy almost nothing. This trains each recipe as it is
-(``lab.noise_scale.ppo_noise_scale``: every ``--every``-th rollout, before the learner's update on
-it, the gradient of PPO's loss at two batch sizes, ``--small`` and the whole rollout) and reports
+(``studies.noise_scale.ppo_noise_scale``: every ``--every``-th rollout, before the learner's update
+on it, the gradient of PPO's loss at two batch sizes, ``--small`` and the whole rollout) and reports
 ``B_simple`` over the run's thirds (the paper finds it grows as the loss falls) and over all of
 it, against the recipe's own batch ``T x B``.
 
@@ -56,8 +56,8 @@ def thirds(count: int) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench.lab.noise_scale import ppo_noise_scale
     from workbench.runs.recipes import RECIPES
+    from workbench.studies.noise_scale import ppo_noise_scale
 
     recording = record.Recording("noise_scale")
     results, ratios = {}, {}

@@ -81,7 +81,7 @@ class Recording:
         import dataclasses
         import time
 
-        from workbench.budget import budget_name
+        from workbench.course.budget import budget_name
         from workbench.system import machine_info
 
         self.clock = time.perf_counter

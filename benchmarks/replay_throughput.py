@@ -304,7 +304,7 @@ def row(label: str, transitions_per_second: float, batch: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench.budget import budget_name
+    from workbench.course.budget import budget_name
     from workbench.system import machine_info
 
     machine = machine_info()

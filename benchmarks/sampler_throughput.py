@@ -123,7 +123,7 @@ def measure_game(game: str, *, seconds: float, horizon: int, cores: int, repeats
     import torch
 
     from workbench.envs import env_spaces
-    from workbench.lab import baselines, throughput
+    from workbench.measure import baselines, throughput
     from workbench.models import ActorCritic
     from workbench.sampling import make_sampler
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # after OMP_WAIT_POLICY is set
 
-    from workbench.budget import budget_name
+    from workbench.course.budget import budget_name
     from workbench.system import machine_info
 
     machine = machine_info()

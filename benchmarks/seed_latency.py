@@ -4,8 +4,8 @@
 
 One SEED measurement per (``max_batch_size``, ``timeout``) at each of ``--actors`` counts of
 env-only actor processes (one Pong env each, the Nature CNN served in this process:
-``workbench.lab.seed_latency.latency_sweep``; a batch larger than a count is left out for it), all
-in one invocation so the rows are side by side.
+``workbench.measure.seed_latency.latency_sweep``; a batch larger than a count is left out for it),
+all in one invocation so the rows are side by side.
 The server answers when ``max_batch_size`` requests wait or when the oldest has waited
 ``timeout``; each row keeps the server's p50/p99 of a request's time from arrival to answer (queue
 wait plus forward pass), the mean batch it formed, env steps/s and the CPU per step. Notebook 07
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from workbench.lab.seed_latency import latency_sweep
+    from workbench.measure.seed_latency import latency_sweep
 
     torch.set_num_threads(1)
     recording = record.Recording("seed_latency")

@@ -7,7 +7,7 @@ same PPO hyperparameters (CleanRL's ``ppo_atari.py``: 8 envs x 128 steps, 4 mini
 epochs, lr 2.5e-4, clip 0.1, entropy 0.01, value 0.5, grad norm 0.5, gamma 0.99, lambda 0.95):
 
 * plain:  one process, written the CleanRL way: gymnasium's ``SyncVectorEnv`` of
-          ``lab.baselines.make_preprocessed_env`` envs (AtariPreprocessing: 84x84 gray, skip 4,
+          ``measure.baselines.make_preprocessed_env`` envs (AtariPreprocessing: 84x84 gray, skip 4,
           stack 4), one forward pass per step, then GAE and the PPO loss computed inline, float32;
 * sync:   ``workbench.runs.Run`` with ``RunConfig(mode="sync")``: collect with a workbench
           sampler, then ``PPO.update``, with the learner's speed-ups measured on this CPU
@@ -132,7 +132,7 @@ def _result(
     details: dict,
 ):
     from workbench.envs import AtariOptions, is_atari
-    from workbench.lab.throughput import Throughput
+    from workbench.measure.throughput import Throughput
 
     rate = steps / seconds if seconds > 0 else 0.0
     # the preprocessing both sides use
@@ -178,7 +178,7 @@ def plain_loop(
     import torch
     from torch import nn
 
-    from workbench.lab.baselines import make_preprocessed_env
+    from workbench.measure.baselines import make_preprocessed_env
     from workbench.models import ActorCritic
 
     if vector not in ("sync", "async"):
@@ -579,8 +579,8 @@ def measured_precision(env_id: str, hp) -> tuple[str | None, bool, bool, dict]:
     """The learner precision this CPU runs fastest (one NatureCNN minibatch step, timed; then
     compiled, kept where 10% faster): autocast, channels_last, compile, the rates."""
     from workbench.envs import env_spaces
-    from workbench.lab.throughput import torch_threads
     from workbench.learners import choose_precision
+    from workbench.measure.throughput import torch_threads
     from workbench.models import ActorCritic
 
     observation_space, action_space = env_spaces(env_id)
@@ -595,8 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch  # noqa: F401  (after OMP_WAIT_POLICY is set)
 
-    from workbench.budget import budget_name
-    from workbench.lab.throughput import torch_threads
+    from workbench.course.budget import budget_name
+    from workbench.measure.throughput import torch_threads
     from workbench.system import machine_info, resolve_device
 
     device = str(resolve_device(args.device))

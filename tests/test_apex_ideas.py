@@ -63,7 +63,7 @@ RUNS = [
 
 
 def test_ideas_summary_counts_the_seeds_that_reached_and_takes_medians_over_them():
-    from workbench.lab.apex_studies import ideas_summary
+    from workbench.studies.apex_studies import ideas_summary
 
     paper, max_priority = ideas_summary(RUNS)
     assert (paper["variant"], paper["reached"], paper["seeds"]) == ("paper", 3, 3)
@@ -73,7 +73,7 @@ def test_ideas_summary_counts_the_seeds_that_reached_and_takes_medians_over_them
 
 
 def test_ideas_figure_draws_a_line_per_seed_in_one_colour_per_variant():
-    from workbench.lab.apex_studies import ideas_figure
+    from workbench.studies.apex_studies import ideas_figure
 
     figure = ideas_figure(RUNS, target=475)
     assert len(figure.data) == 5

@@ -1,5 +1,5 @@
-"""Specifications for notebook 06's parts: ``lab.apex_studies`` (Ape-X throughput against actors),
-``lab.curves.wait_for_row`` on an Ape-X run, the ``lab.plots`` figures of Ape-X, and
+"""Specifications for notebook 06's parts: ``studies.apex_studies`` (Ape-X throughput against
+actors), ``studies.curves.wait_for_row`` on an Ape-X run, the ``lab.plots`` figures of Ape-X, and
 ``lab.system_panels.ApexPanel``.
 
 Tiny CartPole runs on the local transport: one or two actors, a learner that starts after 200
@@ -16,14 +16,14 @@ from processes import live_children, wait_gone
 
 from workbench.apex import Apex, actor_epsilons
 from workbench.lab import plots
-from workbench.lab.apex_studies import (
+from workbench.lab.system_panels import ApexPanel
+from workbench.studies.apex_studies import (
     ApexThroughput,
     apex_cartpole_config,
     apex_throughput,
     return_over_time,
 )
-from workbench.lab.curves import wait_for_row
-from workbench.lab.system_panels import ApexPanel
+from workbench.studies.curves import wait_for_row
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

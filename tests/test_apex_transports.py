@@ -32,8 +32,8 @@ from workbench.apex import (
     make_agent,
     make_transport,
 )
-from workbench.lab.apex_studies import apex_cartpole_config
 from workbench.learners import DQNConfig
+from workbench.studies.apex_studies import apex_cartpole_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -7,7 +7,9 @@
    TYPE_CHECKING:`` only names a type in annotations, as a config names its algorithm's class).
 4. No class hierarchy deeper than 2 (a class and its one workbench base).
 5. Arrows go one way: kernels know no learner; learners know no sampler, run, system or screen;
-   the core knows no widget; Ray is imported only by the cluster module and the Ray transports;
+   the core knows none of the course's floors (``course``, ``measure``, ``studies``, ``lab``);
+   widgets live in ``lab`` alone, figures also in ``measure`` and ``studies``; Ray is imported only
+   by the cluster module and the Ray transports;
    env-only processes (``envs``, ``seed.env_actors``) never import torch.
 6. Nothing cites a file outside the repository (the design notes that stayed outside it).
 7. An algorithm is chosen once, from its registry (``seed.algorithms``, ``apex.algorithms``): no
@@ -182,6 +184,11 @@ def test_no_class_hierarchy_deeper_than_two():
     assert {cls: depth(cls) for cls in classes if depth(cls) > 2} == {}
 
 
+# The course's floors, above the core: its tooling (``course``), what the benchmarks and notebooks
+# measure (``measure``), the papers' studies (``studies``) and the interactive parts (``lab``). Each
+# may use the floors below it; the core uses none of them.
+COURSE_FLOORS = ("workbench.course", "workbench.measure", "workbench.studies", "workbench.lab")
+
 LAYERS = {
     "workbench.kernels": (
         "workbench.learners",
@@ -189,15 +196,15 @@ LAYERS = {
         "workbench.runs",
         "workbench.apex",
         "workbench.seed",
-        "workbench.lab",
         "workbench.replay",
+        *COURSE_FLOORS,
     ),
     "workbench.learners": (
         "workbench.sampling",
         "workbench.runs",
         "workbench.apex",
         "workbench.seed",
-        "workbench.lab",
+        *COURSE_FLOORS,
     ),
     "workbench.replay": (
         "workbench.learners",
@@ -205,19 +212,22 @@ LAYERS = {
         "workbench.runs",
         "workbench.apex",
         "workbench.seed",
-        "workbench.lab",
+        *COURSE_FLOORS,
     ),
     "workbench.sampling": (
         "workbench.learners",
         "workbench.runs",
         "workbench.apex",
         "workbench.seed",
-        "workbench.lab",
+        *COURSE_FLOORS,
     ),
-    "workbench.runs": ("workbench.apex", "workbench.seed", "workbench.lab"),
-    "workbench.apex": ("workbench.seed", "workbench.lab", "workbench.sampling"),
-    "workbench.seed": ("workbench.lab", "workbench.sampling"),
+    "workbench.runs": ("workbench.apex", "workbench.seed", *COURSE_FLOORS),
+    "workbench.apex": ("workbench.seed", "workbench.sampling", *COURSE_FLOORS),
+    "workbench.seed": ("workbench.sampling", *COURSE_FLOORS),
     "workbench.envs": ("workbench.models", "workbench.learners", "workbench.kernels"),
+    "workbench.course": ("workbench.measure", "workbench.studies", "workbench.lab"),
+    "workbench.measure": ("workbench.studies", "workbench.lab"),
+    "workbench.studies": ("workbench.lab",),
 }
 
 
@@ -234,11 +244,20 @@ def test_arrows_go_one_way(layer):
     assert offending == []
 
 
-def test_the_core_knows_no_widget():
+# Widgets belong to the lab; figures (plotly) also to the floors that measure and study. The one
+# exception is the tooling that stores a notebook's outputs: it reads the widgets' figures.
+STORES_OUTPUTS = "workbench.course.stored_outputs"
+WIDGET_HOMES = {
+    "ipywidgets": ("workbench.lab", STORES_OUTPUTS),
+    "IPython": ("workbench.lab",),
+    "anywidget": ("workbench.lab",),
+    "plotly": ("workbench.lab", "workbench.studies", "workbench.measure", STORES_OUTPUTS),
+}
+
+
+def test_widgets_live_in_the_lab_and_figures_on_the_course_floors():
     offending = []
     for name, tree in TREES.items():
-        if name.startswith("workbench.lab"):
-            continue
         for node in ast.walk(tree):
             modules = (
                 [alias.name for alias in node.names]
@@ -247,12 +266,29 @@ def test_the_core_knows_no_widget():
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            offending += [
-                f"{name}: {m}"
-                for m in modules
-                if m.split(".")[0] in ("ipywidgets", "plotly", "IPython")
-            ]
+            for module in modules:
+                homes = WIDGET_HOMES.get(module.split(".")[0])
+                if homes and not any(name == h or name.startswith(h + ".") for h in homes):
+                    offending.append(f"{name}: {module}")
     assert offending == []
+
+
+def test_the_lab_holds_only_interactive_parts():
+    """Every module of ``workbench.lab`` imports a widget or figure library: measurement, studies
+    and the course's tooling live on their own floors."""
+    plain = []
+    for name, tree in TREES.items():
+        if not name.startswith("workbench.lab."):
+            continue
+        modules = {
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
+        if not modules & set(WIDGET_HOMES):
+            plain.append(name)
+    assert plain == []
 
 
 ALGORITHM_REGISTRIES = {"workbench.seed.algorithms", "workbench.apex.algorithms"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workbench import budget
+from workbench.course import budget
 
 
 def test_ci_is_the_default(monkeypatch):

@@ -1,5 +1,5 @@
-"""The SEED-against-IMPALA study (``workbench.lab.central_inference``) on tiny settings: both sides
-run and report rates and latencies, the IMPALA actors run their own copy of the model (and the
+"""The SEED-against-IMPALA study (``workbench.measure.central_inference``) on tiny settings: both
+sides run and report rates and latencies, the IMPALA actors run their own copy of the model (and the
 SEED actors none), and nothing outlives a measurement, even one that is interrupted. No timing
 is asserted: the figures belong to ``benchmarks/central_inference.py``."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from processes import live_children, wait_gone
 
-from workbench.lab import central_inference as study
+from workbench.measure import central_inference as study
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
 
@@ -123,13 +123,13 @@ def test_arguments_are_checked():
     assert study.SeedSettings().batch_size_for(3) == 3
 
 
-# --- SEED's transports side by side (lab.seed_transports) -------------------------------------
+# --- SEED's transports side by side (measure.seed_transports) -------------------------------------
 # (What a request costs on the Ray transport beyond serving: tests/test_seed_ray.py, on that
 # module's Ray instance.)
 
 
 def test_the_local_transport_is_measured_with_several_envs_per_actor():
-    from workbench.lab.seed_transports import measure_transport
+    from workbench.measure.seed_transports import measure_transport
 
     before = live_children()
     result = measure_transport("local", ENV, 2, 3, seconds=0.5, warmup=0.2)
@@ -142,7 +142,7 @@ def test_the_local_transport_is_measured_with_several_envs_per_actor():
 
 
 def test_an_asynchronous_layout_is_measured_and_named_with_its_batch():
-    from workbench.lab.seed_transports import measure_transport
+    from workbench.measure.seed_transports import measure_transport
 
     settings = study.SeedSettings(actor_batch=2)
     result = measure_transport(
@@ -154,7 +154,7 @@ def test_an_asynchronous_layout_is_measured_and_named_with_its_batch():
 
 
 def test_ray_env_actors_refuse_an_actor_batch():
-    from workbench.lab.seed_transports import measure_transport
+    from workbench.measure.seed_transports import measure_transport
 
     with pytest.raises(ValueError, match="actor_batch is for the local transport"):
         measure_transport(
@@ -163,7 +163,7 @@ def test_ray_env_actors_refuse_an_actor_batch():
 
 
 def test_a_transport_measurement_checks_its_arguments():
-    from workbench.lab.seed_transports import measure_transport
+    from workbench.measure.seed_transports import measure_transport
 
     with pytest.raises(ValueError, match="transport must be one of"):
         measure_transport("grpc", ENV, 1, 1, 1.0)

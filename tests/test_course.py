@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.lab.quotes import check_notebook, unreferenced
+from workbench.course.quotes import check_notebook, unreferenced
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -108,7 +108,7 @@ def test_every_figure_is_stored_as_an_image_a_reader_sees_without_running(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_referenced_number_holds_for_the_stored_run(path):
     """A number the text quotes with a reference (docs/quoting.md) is true of the stored output or
-    the record it names (workbench.lab.quotes; tests/test_quotes.py shows it failing)."""
+    the record it names (workbench.course.quotes; tests/test_quotes.py shows it failing)."""
     assert check_notebook(cells(path), ROOT / "data") == []
 
 

@@ -1,7 +1,7 @@
 """Specifications for notebook 05's experiments: the DQN family as one-line changes to plain DQN
 (``runs.recipes.DQN_VARIANTS``, ``runs.recipes.dqn_variant``),
-``lab.dqn_studies.dqn_variants_study`` and the large-batch ``lab.dqn_studies.dqn_batch_study``
-(learning rate scaled, replay ratio held)."""
+``studies.dqn_studies.dqn_variants_study`` and the large-batch
+``studies.dqn_studies.dqn_batch_study`` (learning rate scaled, replay ratio held)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from workbench.lab import dqn_studies
 from workbench.learners import DQNConfig
 from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, MODEL_OPTIONS, RECIPES, dqn_variant
+from workbench.studies import dqn_studies
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

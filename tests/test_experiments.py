@@ -1,5 +1,5 @@
-"""Specifications for ``workbench.lab.curves`` and ``workbench.lab.pg_studies``: the curves and
-comparisons the notebooks plot."""
+"""Specifications for ``workbench.studies.curves`` and ``workbench.studies.pg_studies``: the curves
+and comparisons the notebooks plot."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from workbench.lab import pg_studies
-from workbench.lab.curves import learning_curve, wait_for_row
+from workbench.studies import pg_studies
+from workbench.studies.curves import learning_curve, wait_for_row
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -1,4 +1,4 @@
-"""Data-parallel learners against their number (``lab.learner_scaling`` and
+"""Data-parallel learners against their number (``measure.learner_scaling`` and
 ``benchmarks/learner_scaling.py``) at a tiny size: one learner and a gloo group each time the same
 update; no speed is asserted (that is the benchmark's, in data/)."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from workbench.lab.learner_scaling import learner_scaling
+from workbench.measure.learner_scaling import learner_scaling
 from workbench.runs.recipes import RECIPES
 
 sys.path.insert(

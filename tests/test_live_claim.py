@@ -1,4 +1,4 @@
-"""Notebook 09's live ci run, sized to the machine (``lab.pong_studies.live_claim``).
+"""Notebook 09's live ci run, sized to the machine (``studies.pong_studies.live_claim``).
 
 A record of continuations holds runs that resumed one checkpoint; the claim for N more env steps
 is the least best return they reached within N, less the margin. These records are made up: each
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.lab.pong_studies import live_claim, reached_by
+from workbench.studies.pong_studies import live_claim, reached_by
 
 START = 500_000
 

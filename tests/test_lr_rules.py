@@ -1,5 +1,5 @@
-"""Learning-rate rules at large batch (``lab.lr_rules`` and ``benchmarks/lr_rules.py``) at a tiny
-size: each rule gives the batch its rate, every run is kept with its seed, and the summary and
+"""Learning-rate rules at large batch (``studies.lr_rules`` and ``benchmarks/lr_rules.py``) at a
+tiny size: each rule gives the batch its rate, every run is kept with its seed, and the summary and
 figure reduce the seeds. Learning itself is the recorded study's (data/lr_rules_*.json)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from workbench.lab.lr_rules import RuleRun, lr_rules_study, rules_figure, rules_summary
+from workbench.studies.lr_rules import RuleRun, lr_rules_study, rules_figure, rules_summary
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")

@@ -1,5 +1,5 @@
 """The gradient noise scale (McCandlish et al. 2018, App. A.1) from gradient norms at two batch
-sizes (``workbench.lab.noise_scale``)."""
+sizes (``workbench.studies.noise_scale``)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import sys
 import pytest
 import torch
 
-from workbench.lab.noise_scale import (
+from workbench.runs.recipes import RECIPES
+from workbench.sampling import make_sampler
+from workbench.studies.noise_scale import (
     noise_estimate,
     noise_scale_figure,
     ppo_gradient,
     ppo_noise_scale,
     windowed_noise_scale,
 )
-from workbench.runs.recipes import RECIPES
-from workbench.sampling import make_sampler
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")

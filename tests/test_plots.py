@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from workbench.lab import plots
-from workbench.lab.curves import LearningCurve
-from workbench.lab.throughput import Throughput
+from workbench.measure.throughput import Throughput
+from workbench.studies.curves import LearningCurve
 
 
 def test_seven_curves_ordered_by_size_get_seven_colors():
@@ -22,7 +22,7 @@ def test_a_log_axis_labels_the_sizes_measured_not_plotlys_minor_ticks():
 
 
 def test_the_latency_figure_keeps_one_line_per_timeout_on_each_axis():
-    from workbench.lab.seed_latency import latency_figure
+    from workbench.measure.seed_latency import latency_figure
 
     rows = [
         dict(

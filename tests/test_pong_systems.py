@@ -1,4 +1,4 @@
-"""Notebook 09's chart and table of every system on Pong (``lab.pong_systems``), read from the
+"""Notebook 09's chart and table of every system on Pong (``studies.pong_systems``), read from the
 records in ``data/``; reference values from the records as the issue that asked for them quotes
 them (SEED V-trace trained each sample 0.98 times, Ape-X 1.31 times; PPO 4)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.lab.pong_systems import (
+from workbench.studies.pong_systems import (
     gradient_steps,
     samples_per_gradient_step,
     system_rows,

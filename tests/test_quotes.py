@@ -1,5 +1,6 @@
 """A number the course's text quotes is checked against the stored output or record it names
-(``workbench.lab.quotes``; docs/quoting.md): the words cannot drift from the run they describe."""
+(``workbench.course.quotes``; docs/quoting.md): the words cannot drift from the run they
+describe."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.lab.quotes import QuoteError, check_notebook, quotes, unreferenced
+from workbench.course.quotes import QuoteError, check_notebook, quotes, unreferenced
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
-"""R2D2's Sec. 3 measure (``lab.r2d2_studies``): the Q-value discrepancy of the four ways to start
-a replayed sequence's LSTM state."""
+"""R2D2's Sec. 3 measure (``studies.r2d2_studies``): the Q-value discrepancy of the four ways to
+start a replayed sequence's LSTM state."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import copy
 import pytest
 import torch
 
-from workbench.lab.r2d2_studies import STRATEGIES, burn_in_strategies, q_value_discrepancy
 from workbench.models import RecurrentQNetwork
+from workbench.studies.r2d2_studies import STRATEGIES, burn_in_strategies, q_value_discrepancy
 
 
 def trajectory(steps: int = 60, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

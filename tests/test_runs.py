@@ -779,8 +779,8 @@ def test_a_recipe_continues_a_checkpoint_of_its_run_at_another_seed(tmp_path):
 
 
 def test_limits_replaced_while_the_run_goes_end_it_and_are_recorded(tmp_path):
-    from workbench.lab.curves import wait_for_row
     from workbench.runs.recipes import RECIPES
+    from workbench.studies.curves import wait_for_row
 
     run = RECIPES["ppo-cartpole"].make_run(0, runs_dir=tmp_path)
     run.start(env_steps=10_000_000)

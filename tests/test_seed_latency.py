@@ -1,4 +1,4 @@
-"""SEED's batching trade-off (``lab.seed_latency`` and ``benchmarks/seed_latency.py``) at a tiny
+"""SEED's batching trade-off (``measure.seed_latency`` and ``benchmarks/seed_latency.py``) at a tiny
 size: each (batch, timeout) is measured with its own server settings, and the command writes its
 table, JSON and ratios line. No timing is asserted beyond what the settings force."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from workbench.lab.seed_latency import latency_figure, latency_sweep
+from workbench.measure.seed_latency import latency_figure, latency_sweep
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
@@ -79,7 +79,7 @@ def test_command_prints_the_table_and_ratios_and_writes_json(tmp_path, capsys):
 
 
 def test_the_tradeoff_figure_has_a_curve_per_actor_count_ordered_by_latency(rows):
-    from workbench.lab.seed_latency import tradeoff_figure
+    from workbench.measure.seed_latency import tradeoff_figure
 
     more = [{**r, "num_actors": 4, "latency_p99_ms": 2 * r["latency_p99_ms"]} for r in rows]
     figure = tradeoff_figure([*rows, *more])

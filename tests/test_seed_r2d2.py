@@ -6,7 +6,7 @@ epsilons against ``apex.actor_epsilons`` and their behaviour; a run stopped and 
 checkpoint carries on (about 10 s on 2 CPU cores). The claim itself, on CartPole with the
 velocities hidden (R2D2 through SEED reaches 300 within the recipe's 80k env steps, a feed-forward
 DQN given the env steps R2D2 took stays under half of it), is asserted where its runs already
-are: notebook 08's memory study (``lab.seed_studies.memory_matters``) runs both agents, at the
+are: notebook 08's memory study (``studies.seed_studies.memory_matters``) runs both agents, at the
 recipe's budget under ``bin/test``; ``benchmarks/learning.py`` runs the recipe at three seeds.
 """
 

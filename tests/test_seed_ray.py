@@ -2,7 +2,7 @@
 as a Ray async actor batching concurrent requests, env-only Ray actors on CartPole, and the bad
 inputs (a malformed observation, an actor killed mid-run, the server stopped while actors wait)
 that must end in a clear error or a clean exit, never a hang. First, the transport's measurement
-(``lab.seed_transports.measure_transport``) states what a request costs beyond serving."""
+(``measure.seed_transports.measure_transport``) states what a request costs beyond serving."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def wait_until(condition, actors: RayActors, seconds: float, what: str) -> None:
 
 def test_the_ray_transport_states_what_a_request_costs_beyond_serving(local_ray):
     # First in the module: the measurement has the instance to itself (no ``serving`` actors yet).
-    from workbench.lab.seed_transports import measure_transport
+    from workbench.measure.seed_transports import measure_transport
 
     already = set(ray_actor_pids("RayEnvActor", "RayInferenceServer"))
     result = measure_transport("ray", "CartPole-v1", 2, 2, seconds=1.0, warmup=0.3)

@@ -1,4 +1,4 @@
-"""SEED's cost argument from a recorded study (``lab.scale_out_studies.step_costs``)."""
+"""SEED's cost argument from a recorded study (``studies.scale_out_studies.step_costs``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.lab.scale_out_studies import step_costs
+from workbench.studies.scale_out_studies import step_costs
 
 
 def result(steps_per_second: float, cpu_ms: float, rss: float) -> dict:

@@ -1,4 +1,4 @@
-"""What a notebook keeps in the repository (``workbench.lab.stored_outputs``): nbval's checked
+"""What a notebook keeps in the repository (``workbench.course.stored_outputs``): nbval's checked
 outputs from the ci budget, printed text, and every figure as a PNG that GitHub can show,
 including a live panel's figure in its final state."""
 
@@ -13,7 +13,7 @@ import sys
 import nbformat
 import pytest
 
-from workbench.lab import stored_outputs
+from workbench.course import stored_outputs
 
 pytest.importorskip("kaleido")
 

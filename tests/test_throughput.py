@@ -1,5 +1,5 @@
-"""Specifications for workbench.lab.throughput and workbench.lab.baselines: what is counted, the
-limit's formula, and that every measurement closes what it opened.
+"""Specifications for workbench.measure.throughput and workbench.measure.baselines: what is
+counted, the limit's formula, and that every measurement closes what it opened.
 
 Short runs only (CartPole, and one tiny Pong sampler): the whole file stays well under 30 s on the
 2-core CI machine. The figures themselves are not checked, only that they are measured.
@@ -13,9 +13,9 @@ import psutil
 import pytest
 import torch
 
-from workbench.lab import baselines
-from workbench.lab.baselines import gym_vector_loop, naive_loop
-from workbench.lab.throughput import (
+from workbench.measure import baselines
+from workbench.measure.baselines import gym_vector_loop, naive_loop
+from workbench.measure.throughput import (
     RandomPolicy,
     Throughput,
     limit_steps_per_second,

@@ -21,7 +21,7 @@ import time
 def start(kind: str, runs_dir: str):
     if kind == "apex":
         from workbench.apex import Apex
-        from workbench.lab.apex_studies import apex_cartpole_config
+        from workbench.studies.apex_studies import apex_cartpole_config
 
         run = Apex(apex_cartpole_config(num_actors=2, transport="ray"), runs_dir=runs_dir)
     else:

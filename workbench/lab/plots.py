@@ -1,7 +1,7 @@
 """Plotly figures for the notebooks: each function takes measurements and returns a ``go.Figure``.
 
-Measurements are :class:`workbench.lab.throughput.Throughput` rows. Nothing here measures or runs
-anything; it only draws, so every function is cheap and safe to call again with new data.
+Measurements are :class:`workbench.measure.throughput.Throughput` rows. Nothing here measures or
+runs anything; it only draws, so every function is cheap and safe to call again with new data.
 """
 
 from __future__ import annotations
@@ -283,8 +283,8 @@ def learning_curves(
 ) -> go.Figure:
     """Return against env steps (left) and against wall time (right), one line per curve.
 
-    ``curves`` are :class:`workbench.lab.curves.LearningCurve` rows, ordered by size (their color
-    darkens with it); ``target`` draws a dashed line at that return on both panels.
+    ``curves`` are :class:`workbench.studies.curves.LearningCurve` rows, ordered by size (their
+    color darkens with it); ``target`` draws a dashed line at that return on both panels.
     """
     fig = make_subplots(
         rows=1,

@@ -12,10 +12,10 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from workbench import budget as budget_module
 from workbench import sampling
-from workbench.lab import throughput
+from workbench.course import budget as budget_module
 from workbench.lab.panels import note
+from workbench.measure import throughput
 
 __all__ = ["SAMPLER_COLORS", "SamplerPanel"]
 

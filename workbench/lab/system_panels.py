@@ -15,7 +15,7 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from workbench import budget as budget_module
+from workbench.course import budget as budget_module
 from workbench.lab.panels import Chart, Line, Panel
 
 __all__ = ["ActorBars", "ApexPanel", "SeedPanel"]

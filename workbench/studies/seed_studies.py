@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from workbench.envs import CARTPOLE_NO_VELOCITY
-from workbench.lab.curves import study_dir
 from workbench.models import RecurrentQNetwork
 from workbench.runs.recipes import RECIPES, Recipe
 from workbench.seed.recipes import SEED_RECIPES, SeedRecipe
 from workbench.seed.run import Seed
+from workbench.studies.curves import study_dir
 
 __all__ = ["MemoryStudy", "memory_matters"]
 

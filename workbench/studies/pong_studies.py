@@ -27,8 +27,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.lab.curves import LearningCurve, wait_for_row
 from workbench.runs import RunLifecycle
+from workbench.studies.curves import LearningCurve, wait_for_row
 
 __all__ = [
     "LiveClaim",

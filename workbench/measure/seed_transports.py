@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import psutil
 
-from workbench.lab.central_inference import (
+from workbench.measure.central_inference import (
     SeedSettings,
     check_args,
     make_model,
     measure_window,
 )
-from workbench.lab.throughput import torch_threads
+from workbench.measure.throughput import torch_threads
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports.local import LocalActors
 
@@ -273,7 +273,7 @@ def machine_limit(env_id: str, model: Any, seconds: float) -> dict[str, Any]:
     its best, combined by ``throughput.limit_steps_per_second`` (``sampler_throughput.py``'s limit
     row, measured the same way)."""
     from workbench.envs import env_spaces
-    from workbench.lab import throughput
+    from workbench.measure import throughput
     from workbench.system import usable_cores
 
     cores = usable_cores()

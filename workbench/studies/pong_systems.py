@@ -19,8 +19,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.lab.pong_studies import COLORS, first_crossing, load_json
 from workbench.seed.algorithms import seed_algorithm
+from workbench.studies.pong_studies import COLORS, first_crossing, load_json
 
 __all__ = ["gradient_steps", "samples_per_gradient_step", "system_rows", "systems_figure"]
 

@@ -30,7 +30,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from workbench.kernels.losses import clipped_policy_loss, value_loss
-from workbench.lab.curves import study_dir
+from workbench.studies.curves import study_dir
 
 __all__ = [
     "NoiseEstimate",

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.lab.curves import LearningCurve, learning_curve, study_dir
 from workbench.progress import each
 from workbench.runs import Run, RunConfig, RunSettings
 from workbench.runs.recipes import RECIPES, Recipe
+from workbench.studies.curves import LearningCurve, learning_curve, study_dir
 
 __all__ = ["ModeResult", "batch_size_study", "busy_cores", "make_recipe_run", "sync_vs_async"]
 

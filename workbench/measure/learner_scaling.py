@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workbench.lab.throughput import torch_threads
 from workbench.learners import DataParallelLearner
+from workbench.measure.throughput import torch_threads
 from workbench.progress import each
 from workbench.runs.recipes import RECIPES, Recipe
 from workbench.sampling import SerialSampler

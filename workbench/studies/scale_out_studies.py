@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from workbench.envs import env_spaces
-from workbench.lab.seed_transports import TransportResult, measure_transport
+from workbench.measure.seed_transports import TransportResult, measure_transport
 from workbench.progress import each
 
 __all__ = ["nodes_figure", "step_costs", "throughput_over_nodes", "wire_costs"]

@@ -36,8 +36,8 @@ SNAPSHOT_MARK = "workbench-figure-snapshot:"
 
 # Cells the kernel runs before and after the notebook: the first hears of every widget built,
 # the last prints each live figure's final state and each box's children.
-_BEFORE = "from workbench.lab.stored_outputs import watch_widgets\nwatch_widgets()"
-_AFTER = "from workbench.lab.stored_outputs import print_snapshot\nprint_snapshot()"
+_BEFORE = "from workbench.course.stored_outputs import watch_widgets\nwatch_widgets()"
+_AFTER = "from workbench.course.stored_outputs import print_snapshot\nprint_snapshot()"
 _widgets: list[Any] = []
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.lab.central_inference import (
+from workbench.measure.central_inference import (
     SeedSettings,
     ThroughputResult,
     make_model,

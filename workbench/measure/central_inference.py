@@ -71,8 +71,8 @@ import psutil
 import torch
 
 from workbench.envs import env_spaces
-from workbench.lab.impala_actors import ImpalaActors
-from workbench.lab.throughput import torch_threads
+from workbench.measure.impala_actors import ImpalaActors
+from workbench.measure.throughput import torch_threads
 from workbench.models import ActorCritic
 from workbench.processes import WORKER_TIMEOUT
 from workbench.progress import each

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.lab.curves import LearningCurve, learning_curve, slug, study_dir
-from workbench.lab.pg_studies import make_recipe_run
 from workbench.progress import each
 from workbench.runs import Run
 from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, RECIPES, Recipe, dqn_variant
+from workbench.studies.curves import LearningCurve, learning_curve, slug, study_dir
+from workbench.studies.pg_studies import make_recipe_run
 
 __all__ = ["DQNBatchResult", "dqn_batch_study", "dqn_variants_study", "run_curve"]
 

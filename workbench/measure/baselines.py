@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from workbench.envs import is_atari
-from workbench.lab.throughput import Throughput, check_seconds, frameskip_of, throughput_result
+from workbench.measure.throughput import Throughput, check_seconds, frameskip_of, throughput_result
 
 __all__ = ["gym_vector_loop", "make_preprocessed_env", "naive_loop"]
 

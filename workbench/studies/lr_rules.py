@@ -20,10 +20,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.kernels import scaled_learning_rate
-from workbench.lab.curves import learning_curve, study_dir
-from workbench.lab.pg_studies import make_recipe_run
 from workbench.progress import each
 from workbench.runs.recipes import RECIPES, Recipe
+from workbench.studies.curves import learning_curve, study_dir
+from workbench.studies.pg_studies import make_recipe_run
 
 __all__ = ["RULES", "RuleRun", "lr_rules_study", "rules_figure", "rules_summary"]
 

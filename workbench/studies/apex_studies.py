@@ -14,9 +14,9 @@ import plotly.graph_objects as go
 
 from workbench.apex import Apex, ApexConfig
 from workbench.apex.recipes import APEX_CARTPOLE_AGENT
-from workbench.lab.curves import study_dir
 from workbench.learners import DQNConfig
 from workbench.progress import each
+from workbench.studies.curves import study_dir
 
 __all__ = [
     "ActorsOverTime",

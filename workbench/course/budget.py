@@ -106,7 +106,7 @@ class Budget:
     """``ci``: the ``data/`` checkpoint notebook 09's live ``ppo-pong-fast`` run continues: a
     recorded run stopped where its return first reached -18, the foot of Pong's climb (its first
     ~500k env steps show nothing); its claim is sized to the machine from the record of that
-    checkpoint's continuations (``lab.pong_studies.live_claim``). ``full``: None, the run starts
+    checkpoint's continuations (``studies.pong_studies.live_claim``). ``full``: None, the run starts
     from scratch."""
     atari_live_seconds: float | None
     """``ci``: the wall seconds that live run's env steps are sized to, at the speed its first

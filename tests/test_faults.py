@@ -15,7 +15,7 @@ import torch
 from workbench.apex import Apex, ApexConfig
 from workbench.learners import PPO, DQNConfig, PPOConfig
 from workbench.models import ActorCritic
-from workbench.restarts import ActorKeepsDying, RestartBudget
+from workbench.restarts import ActorKeepsDying, RestartBudget, RestartSchedule
 from workbench.runs import Run, RunConfig, RunSettings
 from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.faults import NonFiniteLoss, check_finite
@@ -105,13 +105,39 @@ def test_a_restart_waits_longer_each_time_and_a_fourth_death_within_the_window_i
     assert budget.delay(7) == 0.5
 
 
+def test_a_dead_actor_is_started_again_once_its_wait_has_passed_and_counted():
+    now = [0.0]
+    schedule = RestartSchedule(
+        RestartBudget(backoff=0.5, clock=lambda: now[0]), clock=lambda: now[0]
+    )
+    assert schedule.died(3, "exit code -9") == 0.5
+    assert schedule.died(3) == 0.5  # reported again while it waits: one restart, not two
+    started: list[int] = []
+    assert schedule.restart_due(started.append, wanted=lambda index: True) == []
+    now[0] += 0.5
+    assert schedule.restart_due(started.append, wanted=lambda index: True) == [(3, 0.5, None)]
+    assert started == [3] and schedule.count == 1 and 3 not in schedule
+
+
+def test_a_dead_actor_retired_while_it_waits_is_forgotten_not_started():
+    now = [0.0]
+    schedule = RestartSchedule(
+        RestartBudget(backoff=0.5, clock=lambda: now[0]), clock=lambda: now[0]
+    )
+    schedule.died(1)
+    now[0] += 1.0
+    started: list[int] = []
+    assert schedule.restart_due(started.append, wanted=lambda index: False) == []
+    assert started == [] and schedule.count == 0 and 1 not in schedule
+
+
 @pytest.mark.slow
 def test_an_apex_actor_killed_again_and_again_is_restarted_after_a_backoff_then_ends_the_run(
     tmp_path,
 ):
     config = ONE_ACTOR_CARTPOLE
     apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.3)
-    apex.restart_budget = RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
+    apex.actor_restarts = RestartSchedule(RestartBudget(max_restarts=2, window=60.0, backoff=0.2))
     killed: set[int] = set()
 
     @apex.on_row

@@ -25,7 +25,7 @@ import torch
 from processes import live_children, wait_gone
 
 from workbench.models import ActorCritic
-from workbench.restarts import RestartBudget
+from workbench.restarts import RestartBudget, RestartSchedule
 from workbench.seed.server import InferenceServer, SampledPolicy
 from workbench.seed.transports import TRANSPORTS, SeedTransport
 from workbench.seed.transports.local import LocalActors
@@ -289,7 +289,9 @@ def test_events_record_starts_and_stops_and_stop_leaves_no_actor_process(kind, m
 def test_an_actor_that_keeps_dying_is_restarted_after_a_growing_wait_then_fails_serving(kind, make):
     served = make(kind)
     transport = served.transport
-    transport.restart_budget = RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
+    transport.actor_restarts = RestartSchedule(
+        RestartBudget(max_restarts=2, window=60.0, backoff=0.2)
+    )
     transport.start()
     drive(served, lambda: transport.steps >= 50, 90, "50 steps")
     killed: list[int] = []

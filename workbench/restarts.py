@@ -5,7 +5,10 @@ otherwise be restarted forever, each restart costing a process start and hiding 
 run restarts a dead actor at most ``max_restarts`` times within ``window`` seconds, waiting
 ``backoff * 2**k`` seconds before the k-th of those (at most ``max_backoff``), and fails with an
 error that names the actor and its last exit when it dies once more (Ray's ``max_restarts`` and
-Kubernetes' crash-loop backoff have the same two parts).
+Kubernetes' crash-loop backoff have the same two parts). ``RestartSchedule`` is the one place that
+restarts a dead actor, in Ape-X's run and in SEED's local and Ray transports alike: each reports
+a death, and the schedule starts the actor again, through the caller's own ``start``, once its wait
+has passed (unless it was retired meanwhile), and counts it.
 
 A role that holds the run's state is not restarted: SEED's learner with its inference server,
 Ape-X's central replay. When its Ray actor dies (most often with its node) the run stops with
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["ActorKeepsDying", "RestartBudget", "RoleLost"]
+__all__ = ["ActorKeepsDying", "RestartBudget", "RestartSchedule", "RoleLost"]
 
 
 class ActorKeepsDying(RuntimeError):
@@ -112,3 +117,49 @@ class RestartBudget:
     def restarted(self, actor: int) -> None:
         """``actor`` was started again now."""
         self.restarts[actor].append(self.clock())
+
+
+class RestartSchedule:
+    """Dead actors waiting out their backoff, and their restart when it is due.
+
+    ``died(index)`` queues an actor after its ``budget``'s wait (``ActorKeepsDying`` when it has
+    spent its restarts); ``restart_due(start, wanted)``, called from the caller's own loop, starts
+    each queued actor whose wait has passed with ``start(index)``, and forgets those no longer
+    ``wanted`` (retired, or started again by other means, since they died). ``count`` is every
+    restart so far (a run's checkpoint keeps it).
+    """
+
+    def __init__(self, budget: RestartBudget | None = None, clock=time.monotonic) -> None:
+        self.budget = budget if budget is not None else RestartBudget(clock=clock)
+        self.clock = clock
+        self.waiting: dict[int, tuple[float, float]] = {}
+        """Per dead actor: when its restart is due, and the wait it was given (seconds)."""
+        self.count = 0
+
+    def __contains__(self, index: int) -> bool:
+        return index in self.waiting
+
+    def died(self, index: int, detail: str = "") -> float:
+        """``index`` died (``detail``: its last exit, for the message): queue its restart and return
+        the wait. A death reported again while it waits changes nothing."""
+        if index not in self.waiting:
+            delay = self.budget.delay(index, detail)
+            self.waiting[index] = (self.clock() + delay, delay)
+        return self.waiting[index][1]
+
+    def restart_due(
+        self, start: Callable[[int], Any], wanted: Callable[[int], bool]
+    ) -> list[tuple[int, float, Any]]:
+        """Start every queued actor whose wait has passed and that is still ``wanted``; return
+        ``(index, its wait, what start returned)`` for each, in the order they died."""
+        now = self.clock()
+        started = []
+        for index, (due, delay) in list(self.waiting.items()):
+            if not wanted(index):
+                del self.waiting[index]
+            elif now >= due:
+                del self.waiting[index]
+                started.append((index, delay, start(index)))
+                self.budget.restarted(index)
+                self.count += 1
+        return started

@@ -27,7 +27,7 @@ import torch
 from workbench.apex.algorithms import make_agent
 from workbench.apex.config import ApexConfig
 from workbench.apex.transports import ApexTransport, make_transport
-from workbench.restarts import RestartBudget
+from workbench.restarts import RestartSchedule
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle
@@ -95,9 +95,8 @@ class Apex(RunLifecycle):
             checkpoint_seconds=checkpoint_seconds,
         )
         self.transport: ApexTransport | None = None
-        self.restarts = 0
-        self.restart_budget = RestartBudget()
-        """How often a dead actor is restarted, and after what wait (``restarts``)."""
+        self.actor_restarts = RestartSchedule()
+        """Dead actors and their restarts, after a backoff (``restarts``); ``count`` is kept."""
         self.running_actors: list[int] = []
         self._env_steps_before = 0  # env steps of earlier segments (the replay counts this one's)
         self._episodes: dict[int, deque] = {}
@@ -134,7 +133,7 @@ class Apex(RunLifecycle):
         self._next_row = time.monotonic() + self.log_interval
         self._last_added, self._last_row_wall = 0, self.wall_seconds
         self.transport = make_transport(self.config, self.agent.actor_state())
-        self._restart_at: dict[int, tuple[float, float]] = {}  # actor -> (when, its backoff)
+        self.actor_restarts.waiting.clear()  # deaths of an earlier segment's actors
         self.running_actors = []
         self._resize(self.settings.applied.num_actors)
 
@@ -184,21 +183,14 @@ class Apex(RunLifecycle):
 
     def _restart_dead(self, transport: ApexTransport) -> None:
         """Restart dead actors after the budget's backoff; an actor that keeps dying ends the run
-        (``restarts.RestartBudget``: ``ActorKeepsDying`` names it)."""
-        now = time.monotonic()
+        (``restarts.RestartSchedule``: ``ActorKeepsDying`` names it)."""
         for index in transport.dead_actors():
-            if index not in self._restart_at:
-                delay = self.restart_budget.delay(index)
-                self._restart_at[index] = (now + delay, delay)
-        for index, (at, delay) in list(self._restart_at.items()):
-            if index not in self.running_actors:  # stopped meanwhile (fewer actors asked for)
-                del self._restart_at[index]
-            elif now >= at:
-                del self._restart_at[index]
-                transport.restart_actor(index)
-                self.restart_budget.restarted(index)
-                self.restarts += 1
-                self.event("actor_restart", actor=index, after_seconds=delay)
+            self.actor_restarts.died(index)
+        restarted = self.actor_restarts.restart_due(
+            transport.restart_actor, wanted=lambda index: index in self.running_actors
+        )
+        for index, delay, _ in restarted:
+            self.event("actor_restart", actor=index, after_seconds=delay)
 
     def _row(self) -> dict[str, Any]:
         stats = self.transport.stats()
@@ -218,7 +210,7 @@ class Apex(RunLifecycle):
             "apex/replay_size": stats["replay_size"],
             "apex/transitions_per_second": (stats["added"] - self._last_added) / elapsed,
             "apex/return_least_exploring": float(np.mean(greedy)) if len(greedy) >= 5 else None,
-            "apex/restarts": self.restarts,
+            "apex/restarts": self.actor_restarts.count,
             "apex/per_actor": {
                 int(i): {
                     "transitions": a["transitions"],
@@ -248,13 +240,13 @@ class Apex(RunLifecycle):
         return {
             "config": config_to_dict(self.config),
             "agent": self.agent.state_dict(),
-            "restarts": self.restarts,
+            "restarts": self.actor_restarts.count,
             "replay": "not saved: the actors refill the replay on resume",
         }
 
     def load_run_state(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
-        self.restarts = int(state.get("restarts", 0))
+        self.actor_restarts.count = int(state.get("restarts", 0))
 
     @classmethod
     def from_checkpoint(

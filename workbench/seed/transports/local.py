@@ -25,7 +25,7 @@ import numpy as np
 
 from workbench.envs import is_atari
 from workbench.processes import WORKER_TIMEOUT
-from workbench.restarts import RestartBudget
+from workbench.restarts import RestartSchedule
 from workbench.seed.env_actors import (
     REPLY,
     REQUEST,
@@ -140,9 +140,8 @@ class LocalActors:
         self._actors: dict[int, _Actor] = {}
         self._generation = np.zeros(self.max_actors * envs_per_actor, dtype=np.int64)
         self._live_slots = np.zeros(self.max_actors * envs_per_actor, dtype=bool)
-        self.restart_budget = RestartBudget()
-        """How often a dead actor is restarted, and after what wait (``restarts``)."""
-        self._restart_at: dict[int, float] = {}  # dead actors: when their restart is due
+        self.actor_restarts = RestartSchedule()
+        """Dead actors and their restarts, after a backoff (``restarts``)."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -407,21 +406,15 @@ class LocalActors:
                 pass  # it died mid-request; _check_actors restarts it
 
     def _check_actors(self) -> None:
-        now = time.monotonic()
-        for index, at in list(self._restart_at.items()):  # dead ones, after their backoff
-            if self._actors[index].retiring:  # fewer actors were asked for meanwhile
-                del self._restart_at[index]
-                with self._lock:
-                    del self._actors[index]
-            elif now >= at:
-                del self._restart_at[index]
-                restarted = self._spawn(index, restart=True)
-                self.restart_budget.restarted(index)
-                self.events.append(
-                    ActorEvent(time.time(), "restarted", index, f"pid {restarted.process.pid}")
-                )
+        for index, _, restarted in self.actor_restarts.restart_due(
+            lambda index: self._spawn(index, restart=True),
+            wanted=self._restart_wanted,
+        ):
+            self.events.append(
+                ActorEvent(time.time(), "restarted", index, f"pid {restarted.process.pid}")
+            )
         for index, actor in list(self._actors.items()):
-            if index in self._restart_at:
+            if index in self.actor_restarts:
                 continue
             if actor.starting and actor.control.poll():
                 self._ready(actor)  # a restarted actor: ready, or a failure that ends the run
@@ -445,7 +438,15 @@ class LocalActors:
                 continue
             exit_code = f"exit code {actor.process.exitcode}"
             self.events.append(ActorEvent(time.time(), "died", index, exit_code))
-            self._restart_at[index] = now + self.restart_budget.delay(index, exit_code)
+            self.actor_restarts.died(index, exit_code)
+
+    def _restart_wanted(self, index: int) -> bool:
+        """A dead actor is started again unless fewer actors were asked for meanwhile."""
+        if not self._actors[index].retiring:
+            return True
+        with self._lock:
+            del self._actors[index]
+        return False
 
     # -- what the run reads ------------------------------------------------------------------------
 

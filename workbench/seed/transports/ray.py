@@ -50,7 +50,7 @@ import numpy as np
 
 from workbench.cluster import ensure_ray, import_ray, node_for
 from workbench.envs import make_vector_env
-from workbench.restarts import ActorKeepsDying, RestartBudget
+from workbench.restarts import ActorKeepsDying, RestartSchedule
 from workbench.seed.env_actors import (
     FIRST,
     REPLY_TIMEOUT,
@@ -261,9 +261,8 @@ class RayActors:
         self.max_steps = max_steps
         self.observation_space, self.action_space = observation_space, action_space
         self.events: list[ActorEvent] = []
-        self.restart_budget = RestartBudget()
-        """How often a dead actor is restarted, and after what wait (``restarts``)."""
-        self._restart_at: dict[int, float] = {}  # dead actors: when their restart is due
+        self.actor_restarts = RestartSchedule()
+        """Dead actors and their restarts, after a backoff (``restarts``)."""
         self.error: str | None = None
         self.steps = 0
         self.episodes: deque = deque(maxlen=10_000)  # (time, slot, return, length)
@@ -430,23 +429,18 @@ class RayActors:
         if not restart:
             return
         try:
-            delay = self.restart_budget.delay(handle.index, f"{kind}: {detail}")
+            self.actor_restarts.died(handle.index, f"{kind}: {detail}")
         except ActorKeepsDying as error:
             self.error = f"env {error}"
             raise RuntimeError(self.error) from None
-        self._restart_at[handle.index] = time.monotonic() + delay
 
     def _restart_due(self) -> None:
-        """Start again the dead actors whose backoff has passed (``restarts.RestartBudget``)."""
-        now = time.monotonic()
-        for index, at in list(self._restart_at.items()):
-            if index in self._actors or index >= self.num_actors:  # started or retired since
-                del self._restart_at[index]
-            elif now >= at:
-                del self._restart_at[index]
-                new = self._spawn(index)
-                self.restart_budget.restarted(index)
-                self._event("restarted", index, f"generation {new.generation}")
+        """Start again the dead actors whose backoff has passed (``restarts.RestartSchedule``)."""
+        for index, _, new in self.actor_restarts.restart_due(
+            self._spawn,  # not if started or retired since
+            wanted=lambda index: index not in self._actors and index < self.num_actors,
+        ):
+            self._event("restarted", index, f"generation {new.generation}")
 
     def _event(self, kind: str, actor: int, detail: str = "") -> None:
         self.events.append(ActorEvent(time.time(), kind, actor, detail))

@@ -378,7 +378,7 @@ def measure_run(
         num_actors=num_workers if sampler != "serial" else 1,
         num_envs=hp.num_envs,
         horizon=hp.num_steps,
-        minibatch_size=hp.batch_size // hp.num_minibatches,
+        num_minibatches=hp.num_minibatches,
         learner_devices=(device,),
     )
     rows: list[tuple[float, dict]] = []

@@ -74,7 +74,7 @@ def make_algo(seed: int = 0, **config) -> PPO:
 def small_settings(**values) -> RunSettings:
     """B=4 envs x T=16 steps, 2 minibatches of 32."""
     return RunSettings(
-        **{"num_actors": 1, "num_envs": 4, "horizon": 16, "minibatch_size": 32, **values}
+        **{"num_actors": 1, "num_envs": 4, "horizon": 16, "num_minibatches": 2, **values}
     )
 
 
@@ -427,7 +427,7 @@ from workbench.models import ActorCritic
 from workbench.runs import Run, RunConfig, RunSettings
 
 config = RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit")
-settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=16)
+settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=4)
 run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=config, settings=settings)
 run.start()
 while run.iteration < 3:
@@ -490,13 +490,29 @@ def test_a_killed_sampler_worker_is_restarted_and_the_run_records_it(tmp_path, s
 # --- live settings ------------------------------------------------------------------------------
 
 
+def test_a_run_left_to_its_learner_takes_the_learners_minibatch_count(tmp_path):
+    run = make_run(tmp_path, settings=RunSettings(num_actors=1, num_envs=4, horizon=16))
+    assert run.settings.applied.num_minibatches == 2  # make_algo's PPOConfig(num_minibatches=2)
+    assert run.settings.applied.minibatch_size == 32
+
+
+def test_the_runs_minibatch_count_is_the_one_its_learner_uses(tmp_path):
+    run = make_run(tmp_path, settings=small_settings(num_minibatches=4))
+    assert run.algo.config.num_minibatches == 4
+
+
+def test_a_learner_count_that_does_not_divide_the_batch_is_refused_naming_the_fix(tmp_path):
+    with pytest.raises(ValueError, match=r"divisor of 45.*RunSettings\(num_minibatches=\.\.\.\)"):
+        make_run(tmp_path, settings=RunSettings(num_actors=1, num_envs=3, horizon=15))
+
+
 def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_path):
     run = make_run(tmp_path, iterations=100_000)
 
     @on_iteration(run)
     def change(row):
         if row.get("charts/iteration") == 2:  # from the loop thread, as a widget would, mid-run
-            run.update_settings(num_envs=8, minibatch_size=128)
+            run.update_settings(num_envs=8, num_minibatches=1)
         if row.get("charts/iteration") == 4:
             run.stop(wait=False)
 
@@ -511,11 +527,11 @@ def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_pat
         "charts/iteration": 2,
         "charts/env_steps": 128,
         "charts/updates": 2,
-        "old": {"num_envs": 4, "minibatch_size": 32},
-        "new": {"num_envs": 8, "minibatch_size": 128},
+        "old": {"num_envs": 4, "num_minibatches": 2},
+        "new": {"num_envs": 8, "num_minibatches": 1},
     }
     assert run.metrics.index(event) == 2  # between iteration rows 2 and 3
-    assert run.algo.config.num_minibatches == 1  # 8 * 16 // 128
+    assert run.algo.config.num_minibatches == 1  # one minibatch of 8 * 16
     assert run.algo.num_gradient_steps == 2 * (2 * 2) + 2 * (2 * 1)  # epochs x minibatches
     assert run.sampler.num_envs == 8
 
@@ -529,7 +545,7 @@ def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_pat
         if row.get("charts/iteration") == 1:
             for values in (
                 {"num_envs": 0},
-                {"minibatch_size": 30},
+                {"num_minibatches": 3},
                 {"num_actors": 5},
                 {"actors": 2},
             ):
@@ -701,8 +717,8 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
         num_actors=1,
         num_envs=recipe.num_envs,
         horizon=recipe.horizon,
-        minibatch_size=recipe.num_envs * recipe.horizon,
-    )  # 1 minibatch
+        num_minibatches=1,
+    )
     run = Run(
         CARTPOLE,
         algo,

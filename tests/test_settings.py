@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from workbench.runs import Limits, RunSettings, Settings
+from workbench.runs.settings import ActorSettings, actor_settings
 
 
 def test_batch_size_is_envs_times_horizon():
@@ -28,7 +29,7 @@ def test_a_change_is_applied_once_and_records_old_and_new_values():
 
 
 def test_changes_made_between_iterations_arrive_together():
-    settings = RunSettings(num_envs=8, horizon=128, minibatch_size=256)
+    settings = RunSettings(num_envs=8, horizon=128, num_minibatches=4)
     settings.update(num_envs=16)
     settings.update(horizon=64)
     _, change = settings.take_changes(iteration=1)
@@ -36,14 +37,42 @@ def test_changes_made_between_iterations_arrive_together():
 
 
 def test_an_invalid_update_raises_and_changes_nothing():
-    settings = RunSettings(num_envs=8, horizon=128, minibatch_size=256)
+    settings = RunSettings(num_envs=8, horizon=128, num_minibatches=4)
     with pytest.raises(ValueError, match="divisor of 1024"):
-        settings.update(minibatch_size=300)
+        settings.update(num_minibatches=3)
     with pytest.raises(ValueError, match="num_actors <= 8"):
         settings.update(num_actors=9)
     with pytest.raises(ValueError, match="Unknown setting"):
         settings.update(actors=3)
-    assert settings.current == Settings(num_envs=8, horizon=128, minibatch_size=256)
+    assert settings.current == Settings(num_envs=8, horizon=128, num_minibatches=4)
+
+
+def test_the_minibatch_size_follows_from_the_batch_and_the_minibatch_count():
+    settings = Settings(num_envs=8, horizon=128, num_minibatches=4)
+    assert settings.minibatch_size == 256
+    assert Settings(num_envs=8, horizon=128).minibatch_size is None  # left to the learner
+
+
+def test_settling_what_was_left_open_records_no_change():
+    settings = RunSettings(num_envs=8, horizon=16)
+    settings.settle(num_minibatches=4)
+    assert settings.applied.num_minibatches == settings.current.num_minibatches == 4
+    assert settings.take_changes(iteration=1) is None
+    with pytest.raises(ValueError, match="divisor of 128"):
+        settings.settle(num_minibatches=3)
+
+
+def test_a_run_of_actors_has_one_live_knob_bounded_by_its_max_actors():
+    settings = actor_settings(num_actors=2, max_actors=4)
+    assert settings.current == ActorSettings(num_actors=2, max_actors=4)
+    settings.update(num_actors=4)
+    with pytest.raises(ValueError, match=r"\[1, max_actors=4\], got 5"):
+        settings.update(num_actors=5)
+    with pytest.raises(ValueError, match="cannot change while a run lives"):
+        settings.update(max_actors=8)
+    with pytest.raises(ValueError, match="Unknown setting"):
+        settings.update(num_envs=8)  # an actor's envs are its config's
+    assert settings.current.num_actors == 4
 
 
 def test_learner_devices_must_be_distinct():
@@ -52,7 +81,7 @@ def test_learner_devices_must_be_distinct():
 
 
 def test_updates_from_many_threads_leave_a_consistent_value():
-    settings = RunSettings(num_envs=64, num_actors=1, horizon=16, minibatch_size=16)
+    settings = RunSettings(num_envs=64, num_actors=1, horizon=16, num_minibatches=64)
 
     def writer(value: int) -> None:
         for _ in range(200):

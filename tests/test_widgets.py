@@ -28,7 +28,7 @@ def make_run(
 ) -> Run:
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=32)
+    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
     return Run(
         "CartPole-v1",
         algo,
@@ -73,7 +73,7 @@ def test_an_applied_change_is_marked_on_the_charts(tmp_path):
     panel = RunPanel(run)
     panel.envs.value = 8  # batch 4x16 -> 8x16, same two minibatches
     panel.start().wait(timeout=120)
-    assert [event["new"] for event in panel.events] == [{"num_envs": 8, "minibatch_size": 64}]
+    assert [event["new"] for event in panel.events] == [{"num_envs": 8}]  # 2 minibatches of 64
     for figure in (panel.return_figure, panel.speed_figure, panel.stage_figure):
         assert len(figure.layout.shapes) == 1
         assert figure.layout.shapes[0].x0 == 0  # at the env step where the run applied it
@@ -159,7 +159,7 @@ def unnamed_run(tmp_path, iterations: int = 3) -> Run:
     """A run with a default name (``<date>_<time>_CartPole-v1``), as a notebook makes one."""
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, minibatch_size=32)
+    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
     config = RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path))
     return Run("CartPole-v1", algo, settings=settings, config=config)
 

@@ -32,7 +32,7 @@ from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
-from workbench.runs.settings import Settings, actor_settings, check_num_actors
+from workbench.runs.settings import ActorSettings, actor_settings, check_num_actors
 from workbench.system import resolve_device
 
 __all__ = ["Apex"]
@@ -145,7 +145,7 @@ class Apex(RunLifecycle):
             self.transport = None
             torch.set_num_threads(self._threads)
 
-    def apply_settings(self, new: Settings, old: Settings) -> None:
+    def apply_settings(self, new: ActorSettings, old: ActorSettings) -> None:
         if new.num_actors != len(self.running_actors):
             self._resize(new.num_actors)
 

@@ -34,7 +34,7 @@ _SHORT = {
     "num_actors": "actors",
     "num_envs": "B",
     "horizon": "T",
-    "minibatch_size": "minibatch",
+    "num_minibatches": "minibatches",
     "learner_devices": "learner",
 }
 

@@ -95,10 +95,9 @@ class RunPanel(Panel):
             **slider,
         )
         self.horizon.add_class("workbench-horizon")
-        minibatches = settings.batch_size // settings.minibatch_size
         self.minibatches = widgets.SelectionSlider(
-            options=_with(minibatches, PANEL_MINIBATCHES),
-            value=minibatches,
+            options=_with(settings.num_minibatches, PANEL_MINIBATCHES),
+            value=settings.num_minibatches,
             description="minibatches",
             **slider,
         )
@@ -173,14 +172,10 @@ class RunPanel(Panel):
         self.refresh()
 
     def _control_values(self) -> dict[str, Any]:
-        batch = self.envs.value * self.horizon.value
-        minibatches = self.minibatches.value
         return dict(
             num_envs=self.envs.value,
             horizon=self.horizon.value,
-            # a minibatch count that does not divide the batch gives a minibatch size that the
-            # settings' check refuses, with its message
-            minibatch_size=max(1, batch // minibatches) if batch % minibatches == 0 else batch + 1,
+            num_minibatches=self.minibatches.value,  # the settings refuse one that does not divide
             learner_devices=self.learner_options[self.learner.value],
         )
 
@@ -200,9 +195,10 @@ class RunPanel(Panel):
             self.horizon.options = _with(settings.horizon, tuple(self.horizon.options))
             self.envs.value = settings.num_envs
             self.horizon.value = settings.horizon
-            minibatches = settings.batch_size // settings.minibatch_size
-            if minibatches in self.minibatches.options:
-                self.minibatches.value = minibatches
+            self.minibatches.options = _with(
+                settings.num_minibatches, tuple(self.minibatches.options)
+            )
+            self.minibatches.value = settings.num_minibatches
             self.learner.value = self._learner_label(settings.learner_devices)
         finally:
             self.syncing = False

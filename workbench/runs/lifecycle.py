@@ -58,7 +58,7 @@ from workbench.runs.control import (
 from workbench.runs.faults import NonFiniteLoss
 from workbench.runs.records import git_commit, rng_states, set_rng_states
 from workbench.runs.rows import EpisodeWindow, RowLog, row_line
-from workbench.runs.settings import Limits, RunSettings, Settings
+from workbench.runs.settings import ActorSettings, Limits, RunSettings, Settings
 
 __all__ = ["ENDED", "POLL", "STATUSES", "Limits", "RunLifecycle", "default_runs_dir"]
 
@@ -140,7 +140,7 @@ class RunLifecycle:
         a stop between rows (kinds that write a row every few seconds); None: no row."""
         return None
 
-    def apply_settings(self, new: Settings, old: Settings) -> None:
+    def apply_settings(self, new: Settings | ActorSettings, old: Settings | ActorSettings) -> None:
         """Apply a change of the live settings between steps; raise to refuse it whole."""
 
     def run_state(self) -> dict[str, Any]:

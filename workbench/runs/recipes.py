@@ -172,13 +172,9 @@ class Recipe:
         (learner, counters, recent returns; the levers are this machine's, the envs and the
         sampling seeded by ``seed``), under a name and metrics file of its own."""
         learner = learner if learner is not None else self.make_learner(seed)
-        batch = self.num_envs * self.horizon
-        minibatches = getattr(self.config, "num_minibatches", 1)
+        # the minibatch count is the learner's config's: the run takes it from there
         settings = RunSettings(
-            num_actors=self.num_workers,
-            num_envs=self.num_envs,
-            horizon=self.horizon,
-            minibatch_size=batch // minibatches,
+            num_actors=self.num_workers, num_envs=self.num_envs, horizon=self.horizon
         )
         config = RunConfig(
             total_steps=self.total_steps,

@@ -6,8 +6,8 @@ The loop (Stooke & Abbeel 2018, https://arxiv.org/abs/1803.02811) is one step pe
     metrics = learner.update(rollout)
 
 Between steps the run applies the changes of its ``RunSettings`` (widgets write them):
-``num_actors``, ``num_envs``, ``horizon`` resize the sampler; ``minibatch_size`` sets
-``algo.config.num_minibatches = batch_size // minibatch_size``; ``learner_devices`` moves the
+``num_actors``, ``num_envs``, ``horizon`` resize the sampler; ``num_minibatches`` sets
+``algo.config.num_minibatches``; ``learner_devices`` moves the
 learner (one device) or hands it to a data-parallel learner (several: ``learner_factory``, e.g.
 ``learners.RunLearner``). Each applied change is an event row, so plots can mark it; a change that
 cannot be applied is refused (an event too) and the run goes on as it was. In async mode the batch
@@ -18,7 +18,7 @@ event.
 In a notebook::
 
     run = Run("CartPole-v1", PPO(model, config), sampler="serial",
-              settings=RunSettings(num_envs=8, horizon=32, minibatch_size=256),
+              settings=RunSettings(num_envs=8, horizon=32, num_minibatches=1),
               config=RunConfig(total_steps=100_000))
     run.start()    # returns at once; the loop runs in a background thread, widgets stay live
     run.wait()     # in a cell of its own: the kernel's interrupt button now stops the run cleanly
@@ -107,8 +107,9 @@ class Run(RunLifecycle):
             ``sampling.make_sampler`` from the settings' ``num_actors`` (workers; unused by the
             serial sampler), ``num_envs`` (B) and ``horizon`` (T) when the loop starts.
         settings: the live settings (default ``RunSettings()``). They are the source of truth: at
-            construction ``algo.config.num_minibatches`` is set from ``minibatch_size`` and the
-            learner is moved to ``learner_devices`` (with a warning where that changes the algo).
+            construction ``algo.config.num_minibatches`` is set from theirs (or theirs from the
+            algo's, when they leave it None) and the learner is moved to ``learner_devices``
+            (with a warning where that moves the algo).
         config: a ``RunConfig``.
         learner_factory: ``(algo, devices) -> learner`` for more than one learner device
             (``learners.RunLearner``); it keeps ``algo``'s parameters current (they are what
@@ -203,11 +204,10 @@ class Run(RunLifecycle):
         return resolved
 
     def _set_minibatches(self, settings: Settings) -> None:
-        """``algo.config.num_minibatches = batch_size // minibatch_size``, where the algo has
-        one."""
+        """``algo.config.num_minibatches`` from the settings, where the algo has one."""
         config = getattr(self.algo, "config", None)
         if config is not None and hasattr(config, "num_minibatches"):
-            config.num_minibatches = settings.batch_size // settings.minibatch_size
+            config.num_minibatches = settings.num_minibatches
 
     def _place_learner(self, devices: tuple[str, ...]) -> None:
         """One device: move the algorithm there. Several: a data-parallel learner over them."""
@@ -226,17 +226,16 @@ class Run(RunLifecycle):
 
     def _apply_initial_settings(self) -> None:
         """At construction: the settings are the truth; say where that changes the algorithm."""
+        if self.settings.applied.num_minibatches is None:  # left to the learner: its count
+            learners = getattr(getattr(self.algo, "config", None), "num_minibatches", None)
+            try:
+                self.settings.settle(num_minibatches=learners or 1)
+            except ValueError as error:
+                raise ValueError(
+                    f"{type(self.algo).__name__}.config.num_minibatches: {error} Or give "
+                    "RunSettings(num_minibatches=...)."
+                ) from None
         settings = self.settings.applied
-        config = getattr(self.algo, "config", None)
-        num_minibatches = settings.batch_size // settings.minibatch_size
-        if getattr(config, "num_minibatches", num_minibatches) != num_minibatches:
-            warnings.warn(
-                f"Run: {type(self.algo).__name__}.config.num_minibatches "
-                f"{config.num_minibatches} -> {num_minibatches} (batch_size "
-                f"{settings.batch_size} // minibatch_size {settings.minibatch_size}); set "
-                "RunSettings(minibatch_size=...) to choose.",
-                stacklevel=3,
-            )
         self._set_minibatches(settings)
         device = _model_device(self.algo.model)
         target = self._check_devices(settings.learner_devices)[0]
@@ -396,7 +395,7 @@ class Run(RunLifecycle):
         state = saved["state"]
         saved_config = RunConfig(**state["config"])
         config = replace(config, name=config.name or saved_config.name) if config else saved_config
-        settings = settings or RunSettings(Settings(**saved["settings"]))
+        settings = settings or RunSettings(Settings.from_saved(saved["settings"]))
         run = cls(
             env_id or state["env_id"],
             algo,

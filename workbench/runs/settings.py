@@ -13,7 +13,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["Change", "Limits", "RunSettings", "Settings", "actor_settings", "check_num_actors"]
+__all__ = [
+    "ActorSettings",
+    "Change",
+    "Limits",
+    "RunSettings",
+    "Settings",
+    "actor_settings",
+    "check_num_actors",
+]
 
 
 @dataclass(frozen=True)
@@ -26,8 +34,11 @@ class Settings:
     """B: environments stepped per iteration, across all actors."""
     horizon: int = 128
     """T: steps per environment per iteration. The batch is ``num_envs * horizon``."""
-    minibatch_size: int = 256
-    """Samples per gradient step inside one iteration's optimisation."""
+    num_minibatches: int | None = None
+    """Minibatches per epoch of an on-policy learner's update (PPO's, A2C's): each gradient step
+    sees ``minibatch_size = batch_size // num_minibatches`` samples. While a run lives this is the
+    one owner of the batch's shape: the run writes it to its learner at each change. None leaves it
+    to the learner: a run fills in its config's count (1 for a learner that takes a batch whole)."""
     learner_devices: tuple[str, ...] = ("cpu",)
     """Devices of the learner: one, or several for data-parallel learners (DDP)."""
 
@@ -35,10 +46,29 @@ class Settings:
     def batch_size(self) -> int:
         return self.num_envs * self.horizon
 
+    @property
+    def minibatch_size(self) -> int | None:
+        """Samples per gradient step (None until the minibatch count is known)."""
+        return None if self.num_minibatches is None else self.batch_size // self.num_minibatches
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> "Settings":
+        """The settings a checkpoint saved. One written while the settings held the minibatch's
+        size (``minibatch_size``, before its count) is read as the count that size made."""
+        saved = dict(saved)
+        size = saved.pop("minibatch_size", None)
+        if size is not None and saved.get("num_minibatches") is None:
+            saved["num_minibatches"] = saved["num_envs"] * saved["horizon"] // size
+        if "learner_devices" in saved:
+            saved["learner_devices"] = tuple(saved["learner_devices"])
+        return cls(**saved)
+
     def check(self) -> None:
         """Raise ValueError, naming the fix, when the values cannot work together."""
-        for name in ("num_actors", "num_envs", "horizon", "minibatch_size"):
+        for name in ("num_actors", "num_envs", "horizon", "num_minibatches"):
             value = getattr(self, name)
+            if name == "num_minibatches" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.num_actors > self.num_envs:
@@ -46,9 +76,9 @@ class Settings:
                 f"num_actors={self.num_actors} > num_envs={self.num_envs}: each actor needs at "
                 f"least one env. Use num_actors <= {self.num_envs} or more envs."
             )
-        if self.batch_size % self.minibatch_size:
+        if self.num_minibatches is not None and self.batch_size % self.num_minibatches:
             raise ValueError(
-                f"minibatch_size={self.minibatch_size} does not divide the batch "
+                f"num_minibatches={self.num_minibatches} does not divide the batch "
                 f"num_envs * horizon = {self.batch_size}; use a divisor of {self.batch_size}."
             )
         if not self.learner_devices or len(set(self.learner_devices)) != len(self.learner_devices):
@@ -67,15 +97,33 @@ class Change:
     new: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ActorSettings:
+    """The live settings of a run of actors (Ape-X, SEED): how many actors step envs. Their envs,
+    the learner's batch and its device are the run's config, fixed while it lives."""
+
+    num_actors: int = 1
+    """Actors stepping environments (processes or Ray actors), 1 .. ``max_actors``."""
+    max_actors: int = 1
+    """The most the run allows (its config's; slots and buffers are sized for them). Fixed."""
+
+    fixed = ("max_actors",)
+
+    def check(self) -> None:
+        """Raise ValueError, naming the fix, unless ``num_actors`` is in ``[1, max_actors]``."""
+        check_num_actors(self.num_actors, self.max_actors, "raise the config's max_actors.")
+
+
 class RunSettings:
-    """Thread-safe holder of :class:`Settings`: widgets write, the run's loop reads.
+    """Thread-safe holder of :class:`Settings` (or a run of actors' :class:`ActorSettings`):
+    widgets write, the run's loop reads.
 
     ``update(**values)`` validates the whole new set at once and raises (changing nothing) when it
     does not hold together. The loop calls ``take_changes()`` between iterations: it returns the
     new settings and what changed since the last call, or None when nothing did.
     """
 
-    def __init__(self, settings: Settings | None = None, **values: Any) -> None:
+    def __init__(self, settings: Settings | ActorSettings | None = None, **values: Any) -> None:
         settings = replace(settings or Settings(), **values)
         settings.check()
         self._lock = threading.Lock()
@@ -95,18 +143,34 @@ class RunSettings:
             return self._applied
 
     def update(self, **values: Any) -> Settings:
-        unknown = set(values) - {f.name for f in fields(Settings)}
-        if unknown:
+        kind = type(self._current)
+        fixed = set(getattr(kind, "fixed", ()))
+        live = [f.name for f in fields(kind) if f.name not in fixed]
+        unknown = set(values) - set(live)
+        if unknown & fixed:
             raise ValueError(
-                f"Unknown setting(s) {sorted(unknown)}; the settings are "
-                f"{[f.name for f in fields(Settings)]}."
+                f"{sorted(unknown & fixed)} cannot change while a run lives; make the run with "
+                "the value in its config."
             )
+        if unknown:
+            raise ValueError(f"Unknown setting(s) {sorted(unknown)}; the settings are {live}.")
         if "learner_devices" in values:
             values["learner_devices"] = tuple(values["learner_devices"])
         with self._lock:
             candidate = replace(self._current, **values)
             candidate.check()
             self._current = candidate
+            return candidate
+
+    def settle(self, **values: Any) -> Settings:
+        """Fill in what the settings left open (``num_minibatches=None``), as a run does at
+        construction: requested and applied at once, so no change is recorded. Raises, changing
+        nothing, when the values do not hold together."""
+        with self._lock:
+            candidate = replace(self._current, **values)
+            candidate.check()
+            self._current = candidate
+            self._applied = replace(self._applied, **values)
             return candidate
 
     def take_changes(self, iteration: int) -> tuple[Settings, Change] | None:
@@ -117,7 +181,7 @@ class RunSettings:
                 return None
             self._applied = new
         differing = [
-            f.name for f in fields(Settings) if getattr(new, f.name) != getattr(old, f.name)
+            f.name for f in fields(type(new)) if getattr(new, f.name) != getattr(old, f.name)
         ]
         return new, Change(
             iteration=iteration,
@@ -153,11 +217,8 @@ class RunSettings:
 
 
 def actor_settings(num_actors: int, max_actors: int) -> RunSettings:
-    """The live settings of a run of actors (Ape-X, SEED), whose one live knob is the actor count:
-    ``num_envs`` holds the most actors the run allows, so ``Settings.check`` bounds it; the
-    horizon and minibatch are the learner's business there (1)."""
-    settings = Settings(num_actors=num_actors, num_envs=max_actors, horizon=1, minibatch_size=1)
-    return RunSettings(settings)
+    """The live settings of a run of actors (Ape-X, SEED): its one live knob, the actor count."""
+    return RunSettings(ActorSettings(num_actors=num_actors, max_actors=max_actors))
 
 
 def check_num_actors(num_actors: Any, max_actors: int, fix: str) -> None:

@@ -35,7 +35,7 @@ import torch
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
-from workbench.runs.settings import Settings, actor_settings, check_num_actors
+from workbench.runs.settings import ActorSettings, actor_settings, check_num_actors
 from workbench.seed.algorithms import ALGORITHMS
 from workbench.seed.config import DEFAULT_MAX_ACTORS, TRANSPORTS, SeedConfig
 from workbench.seed.learning import SeedLearning
@@ -180,7 +180,7 @@ class Seed(RunLifecycle):
             self.transport = None
             torch.set_num_threads(self._threads)
 
-    def apply_settings(self, new: Settings, old: Settings) -> None:
+    def apply_settings(self, new: ActorSettings, old: ActorSettings) -> None:
         if new.num_actors == self.num_actors:
             return
         self.transport.set_num_actors(new.num_actors)

@@ -68,7 +68,7 @@ def make_recipe_run(
         num_actors=num_actors,
         num_envs=num_envs,
         horizon=horizon,
-        minibatch_size=batch // minibatches,
+        num_minibatches=minibatches,
     )
     run_config = RunConfig(
         total_steps=total_steps or recipe.total_steps,

@@ -17,6 +17,7 @@ import torch
 from workbench.apex.exploration import actor_epsilons, actor_noise_scales
 from workbench.envs import env_spaces
 from workbench.learners import DDPG, DQN, DDPGConfig, DPGActor, DQNConfig, QActor
+from workbench.learners.dqn import dqn_update_factory
 from workbench.models import ContinuousQ, DeterministicPolicy, QNetwork
 
 if TYPE_CHECKING:  # the config names its algorithm: a type-only import, no cycle at runtime
@@ -56,6 +57,13 @@ class ApexAlgorithm(ABC):
     def make_actor(self, config: ApexConfig) -> Any:
         """What an actor acts and computes initial priorities with, on the CPU: the learner's
         networks without its optimizers (``act``, ``initial_priorities``, ``load_actor_state``)."""
+
+    def update_factory(
+        self, config: ApexConfig, network: Any, obs_shape: tuple, num_actions: int
+    ) -> Any:
+        """The learner's own update under given levers, for timing its precision at start
+        (``learners.precision.UpdateFactory``); None: time the network's gradient step."""
+        return None
 
     def make_policy_network(self, config: ApexConfig, obs_shape: tuple, num_actions: int) -> Any:
         """The network a checkpoint's weights fill to play the learned policy."""
@@ -108,6 +116,11 @@ class ApexDQN(ApexAlgorithm):
 
     def make_policy_network(self, config: ApexConfig, obs_shape: tuple, num_actions: int) -> Any:
         return QNetwork(obs_shape, num_actions, **config.model_options)
+
+    def update_factory(
+        self, config: ApexConfig, network: Any, obs_shape: tuple, num_actions: int
+    ) -> Any:
+        return dqn_update_factory(network, config.agent, obs_shape, num_actions)
 
 
 class ApexDPG(ApexAlgorithm):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
+
 from workbench.apex.config import ApexConfig
 from workbench.apex.run import Apex
 from workbench.envs import env_spaces
@@ -118,13 +120,24 @@ class ApexRecipe:
         )
 
     def measured_agent(self, config: ApexConfig) -> DQNConfig:
-        """The learner's ``DQNConfig`` with the precision that times fastest here."""
+        """The learner's ``DQNConfig`` with the precision that times fastest here: its own update
+        (not only its network's step), at the torch threads the learner will have."""
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
-        shape = observation_space.shape
-        network = config.algorithm.make_policy_network(config, shape, int(action_space.n))
-        agent, choice = with_measured_precision(
-            config.agent, network, shape, config.agent.batch_size, try_compile=self.measure_compile
-        )
+        shape, num_actions = observation_space.shape, int(action_space.n)
+        network = config.algorithm.make_policy_network(config, shape, num_actions)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(config.learner_threads)
+        try:
+            agent, choice = with_measured_precision(
+                config.agent,
+                network,
+                shape,
+                config.agent.batch_size,
+                try_compile=self.measure_compile,
+                make_update=config.algorithm.update_factory(config, network, shape, num_actions),
+            )
+        finally:
+            torch.set_num_threads(threads)
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
         return agent
 

@@ -25,7 +25,8 @@ a replay, updates as the replay ratio allows) is ``learners.replay_agent.ReplayA
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -53,6 +54,7 @@ __all__ = [
     "DQNConfig",
     "QActor",
     "categorical_q_loss",
+    "dqn_update_factory",
     "next_q_values",
     "q_losses",
     "transition_batch",
@@ -436,3 +438,33 @@ class DQN:
             "prioritized" if c.prioritized else "uniform",
         ]
         return f"DQN({', '.join(p for p in parts if p)})"
+
+
+def dqn_update_factory(
+    network: QNetwork, config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int
+) -> Callable[..., Callable[[], None]]:
+    """DQN's own update under given levers, on a fixed batch of random transitions, for
+    ``learners.precision.choose_precision`` to time: three forward passes (online, target, the
+    double-Q action), the loss, the priorities and Adam, where compiling gains more than on the
+    network's one gradient step (``precision``'s module docstring has the figures)."""
+    n = config.batch_size
+    generator = torch.Generator().manual_seed(0)
+
+    def frames() -> torch.Tensor:
+        return torch.randint(0, 256, (n, *obs_shape), dtype=torch.uint8, generator=generator)
+
+    batch = {
+        "obs": frames(),
+        "actions": torch.randint(0, num_actions, (n,), generator=generator),
+        "returns": torch.randn(n, generator=generator),
+        "discounts": torch.full((n,), config.gamma**config.n_step),
+        "next_obs": frames(),
+        "weights": torch.ones(n),
+    }
+
+    def make_update(*, autocast: str | None, channels_last: bool, compile: bool):
+        levers = replace(config, autocast=autocast, channels_last=channels_last, compile=compile)
+        learner = DQN(copy.deepcopy(network), levers)
+        return lambda: learner.update(batch)
+
+    return make_update

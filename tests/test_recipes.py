@@ -22,3 +22,11 @@ def test_every_recipe_is_a_runnable_recipe_under_its_own_name(name):
     recipe = EVERY_RECIPE[name]
     assert isinstance(recipe, RunnableRecipe)
     assert recipe.name == name and recipe.total_steps > 0 and recipe.note
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_RECIPE))
+def test_every_recipe_describes_its_system_and_its_envs_for_a_record(name):
+    recipe = EVERY_RECIPE[name]
+    description = recipe.describe()
+    assert description["system"] in ("run", "apex", "seed")
+    assert description["algorithm"] and description["num_envs"] >= 1

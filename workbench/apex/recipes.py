@@ -61,8 +61,6 @@ class ApexRecipe:
     def env_id(self) -> str:
         return self.config.env_id
 
-    sampler = "apex-local"
-
     @property
     def env_options(self) -> dict:
         return self.config.env_options
@@ -72,17 +70,18 @@ class ApexRecipe:
         fills with a checkpoint's weights). Ape-X DPG recipes refuse: their actor is continuous."""
         return self.config.algorithm.make_policy_network(self.config, obs_shape, num_actions)
 
-    @property
-    def num_workers(self) -> int:
-        return self.config.num_actors
-
-    @property
-    def num_envs(self) -> int:
-        return self.config.num_actors * self.config.envs_per_actor
-
-    @property
-    def horizon(self) -> int:
-        return self.config.block_steps
+    def describe(self) -> dict[str, Any]:
+        """``RunnableRecipe.describe``: Ape-X's actors, each stepping its envs a block at a time."""
+        config = self.config
+        return {
+            "system": "apex",
+            "algorithm": config.algorithm.title,
+            "transport": config.transport,
+            "num_actors": config.num_actors,
+            "envs_per_actor": config.envs_per_actor,
+            "num_envs": config.num_actors * config.envs_per_actor,
+            "block_steps": config.block_steps,
+        }
 
     def make_run(
         self,

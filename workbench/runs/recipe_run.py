@@ -43,6 +43,11 @@ class RunnableRecipe(Protocol):
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The network its run trains (what a checkpoint's weights fill to play)."""
 
+    def describe(self) -> dict[str, Any]:
+        """What a record says the recipe runs: its ``system`` and ``algorithm``, ``num_envs`` in
+        all, and its system's own shape (a ``Run``'s sampler, workers and horizon; an Ape-X or
+        SEED run's actors, envs per actor and transport)."""
+
 
 def run_recipe(
     recipe: RunnableRecipe,

@@ -90,6 +90,18 @@ class Recipe:
     measured rate against the collector's (``runs.levers.choose_threads``, about 3 s more), and set
     them when the learner is made. For async recipes, whose collector has a core of its own."""
 
+    def describe(self) -> dict[str, Any]:
+        """``RunnableRecipe.describe``: a ``Run`` of samplers and a learner."""
+        return {
+            "system": "run",
+            "algorithm": self.algorithm.__name__,
+            "sampler": self.sampler,
+            "mode": self.mode,
+            "num_workers": self.num_workers,
+            "num_envs": self.num_envs,
+            "horizon": self.horizon,
+        }
+
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""
         model_class = QNetwork if self.algorithm is DQN else ActorCritic

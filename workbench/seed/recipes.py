@@ -37,11 +37,6 @@ class SeedRecipe:
     ``batch_size x unroll_length`` samples, R2D2's convolutional trunk at its ``batch_size x
     stored_length`` rows (the LSTM and the heads take under a tenth of an update). Channels-last
     then holds for the server's forward passes too, which share the model."""
-    sampler = "seed"
-
-    @property
-    def algorithm(self) -> type:
-        return Seed
 
     @property
     def env_id(self) -> str:
@@ -59,17 +54,19 @@ class SeedRecipe:
             obs_shape, num_actions, self.config.model_options
         )
 
-    @property
-    def num_workers(self) -> int:
-        return self.config.num_actors
-
-    @property
-    def num_envs(self) -> int:
-        return self.config.num_actors * self.config.envs_per_actor
-
-    @property
-    def horizon(self) -> int:
-        return self.config.algorithm_class.window_length(self.config.learner_settings)
+    def describe(self) -> dict[str, Any]:
+        """``RunnableRecipe.describe``: SEED's env-only actors around one inference server; the
+        learner's window (an unroll, or a sequence with its burn-in)."""
+        config = self.config
+        return {
+            "system": "seed",
+            "algorithm": config.algorithm_class.title,
+            "transport": config.transport,
+            "num_actors": config.num_actors,
+            "envs_per_actor": config.envs_per_actor,
+            "num_envs": config.num_actors * config.envs_per_actor,
+            "window": config.algorithm_class.window_length(config.learner_settings),
+        }
 
     def make_run(
         self,

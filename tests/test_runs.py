@@ -203,6 +203,8 @@ def test_a_learner_without_to_is_refused_naming_what_it_lacks(tmp_path):
             self.model = self.inner.model
             self.update, self.state_dict = self.inner.update, self.inner.state_dict
             self.load_state_dict = self.inner.load_state_dict
+            self.device, self.reduction = self.inner.device, self.inner.reduction
+            self.batch_axis = self.inner.batch_axis
 
     with pytest.raises(TypeError, match=r"lacks \['to'\].*to\(device\)"):
         make_run(tmp_path, algo=NoTo())

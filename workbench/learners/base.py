@@ -53,6 +53,7 @@ __all__ = [
     "Reduction",
     "check_precision",
     "compiled",
+    "missing_members",
     "move_optimizer_state",
 ]
 
@@ -76,6 +77,20 @@ class Learner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def to(self, device: "str | torch.device") -> None: ...
+
+
+def missing_members(obj: Any, protocol: type = Learner) -> list[str]:
+    """The members of ``protocol`` (its annotated attributes and its methods) that ``obj`` lacks:
+    what a run or a data-parallel learner names when it is handed something else."""
+    declared = [
+        *getattr(protocol, "__annotations__", {}),
+        *(name for name, value in vars(protocol).items() if callable(value)),
+    ]
+    return [
+        name
+        for name in dict.fromkeys(declared)
+        if not name.startswith("_") and not hasattr(obj, name)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from workbench.learners.all_reduce import (
     cpu_clone,
     learner_main,
 )
+from workbench.learners.base import Learner, missing_members
 from workbench.processes import end_processes
 from workbench.system import check_learner_devices, free_port, usable_cores
 
@@ -133,12 +134,12 @@ class DataParallelLearner:
                 f"({type(error).__name__}: {error})"
             ) from error
         self.learner = local if local is not None else learner_factory(device=torch.device("cpu"))
-        for name in ("update", "state_dict", "load_state_dict", "model", "batch_axis"):
-            if not hasattr(self.learner, name):
-                raise TypeError(
-                    f"learner_factory must make a workbench Learner (update, state_dict, model, "
-                    f"batch_axis ...); {type(self.learner).__name__} has no {name!r}"
-                )
+        missing = missing_members(self.learner, Learner)
+        if missing:
+            raise TypeError(
+                f"learner_factory must make a workbench Learner (learners.base.Learner: update, "
+                f"state_dict, model, batch_axis ...); {type(self.learner).__name__} lacks {missing}"
+            )
         if threads_per_learner is None:
             cpu = compute[0].type == "cpu"
             threads_per_learner = max(1, usable_cores() // self.world_size) if cpu else 1

@@ -105,9 +105,15 @@ class ReplayAgent:
         self.limiter = RateLimiter(max_ratio=c.replay_ratio)
         self.env_steps = 0
 
+    batch_axis = 1  # what it takes from its sampler: time-major rollouts [T, B, ...]
+
     @property
     def model(self) -> torch.nn.Module:
         return self.learner.model
+
+    @property
+    def reduction(self) -> Any:
+        return self.learner.reduction
 
     @property
     def device(self) -> torch.device:

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import torch
 
 from workbench import sampling, system
+from workbench.learners.base import Learner, missing_members
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS, load_checkpoint_file
 from workbench.runs.collectors import AsyncCollector, SyncCollector
 from workbench.runs.faults import check_finite
@@ -142,15 +143,12 @@ class Run(RunLifecycle):
             raise ValueError(
                 f"Unknown sampler {sampler!r}; choose one of {', '.join(sampling.SAMPLERS)}."
             )
-        missing = [
-            name
-            for name in ("model", "update", "state_dict", "load_state_dict", "to")
-            if not hasattr(algo, name)
-        ]
+        missing = missing_members(algo, Learner)
         if missing:
             raise TypeError(
-                f"{type(algo).__name__} lacks {missing}: a Run needs a learner with model, "
-                "update(rollout) -> dict, state_dict(), load_state_dict(state) and to(device)."
+                f"{type(algo).__name__} lacks {missing}: a Run needs a workbench Learner "
+                "(learners.base.Learner: model, device, reduction, batch_axis, "
+                "update(rollout) -> dict, state_dict(), load_state_dict(state) and to(device))."
             )
         if getattr(algo, "batch_axis", 1) == 0:
             raise TypeError(

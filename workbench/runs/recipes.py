@@ -92,15 +92,9 @@ class Recipe:
 
     def describe(self) -> dict[str, Any]:
         """``RunnableRecipe.describe``: a ``Run`` of samplers and a learner."""
-        return {
-            "system": "run",
-            "algorithm": self.algorithm.__name__,
-            "sampler": self.sampler,
-            "mode": self.mode,
-            "num_workers": self.num_workers,
-            "num_envs": self.num_envs,
-            "horizon": self.horizon,
-        }
+        shape = ("sampler", "mode", "num_workers", "num_envs", "horizon")
+        mine = {name: getattr(self, name) for name in shape}
+        return {"system": "run", "algorithm": self.algorithm.__name__, **mine}
 
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> torch.nn.Module:
         """The recipe's network: a ``QNetwork`` for DQN, an ``ActorCritic`` for A2C and PPO."""

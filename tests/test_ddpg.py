@@ -226,7 +226,7 @@ def test_a_batch_without_the_transition_keys_names_them():
     "options, fix",
     [
         ({"tau": 0.0}, "tau must be in"),
-        ({"n_step": 0}, "n_step must be an int >= 1"),
+        ({"n_step": 0}, "n_step must be a positive integer"),
         ({"batch_size": 512, "replay_capacity": 256}, "at least one batch"),
         ({"replay_ratio": 0.0}, "replay_ratio must be positive"),
         ({"noise_scale": -0.1}, "noise_scale must be >= 0"),

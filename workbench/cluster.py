@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.checks import positive_int
 from workbench.reaper import INSTANCE_ENV, kill_marked, marked_processes
 
 __all__ = [
@@ -206,8 +207,7 @@ def simulated_cluster(nodes: int = 2, cpus_per_node: int = 1) -> PrivateRay:
     a head and ``nodes - 1`` workers, each with its own raylet, as separate machines would have,
     all on loopback; this process joins it. Runs place actors over its nodes as over a real
     cluster's. Ended by ``shutdown`` or with this process."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive int, got {nodes!r}")
+    positive_int(nodes, "nodes")
     instance = _begin_private()
     try:
         from ray.cluster_utils import Cluster

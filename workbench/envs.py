@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from workbench.checks import positive_int
 from workbench.system import usable_cores
 
 
@@ -277,10 +278,7 @@ def _check_env_id(env_id: str) -> None:
 
 
 def _check_counts(num_envs: int, batch_size: int | None) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise ValueError(
-            f"num_envs must be a positive integer, got {num_envs!r}; use num_envs >= 1."
-        )
+    positive_int(num_envs, "num_envs", "use num_envs >= 1.")
     if batch_size is None:
         return int(num_envs)
     if (

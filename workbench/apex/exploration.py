@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
+from workbench.checks import positive_int
 
 __all__ = ["actor_epsilons", "actor_noise_scales", "check_count"]
 
@@ -35,6 +35,4 @@ def actor_noise_scales(num_actors: int, high: float = 0.5, low: float = 0.05) ->
 
 def check_count(value: Any, name: str) -> int:
     """``value`` as an int if it is a positive integer, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return positive_int(value, name)

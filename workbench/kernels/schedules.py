@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from workbench.checks import positive_int
+
 __all__ = ["ScaleRule", "linear_schedule", "scaled_learning_rate"]
 
 ScaleRule = Literal["linear", "sqrt"]
@@ -53,9 +55,8 @@ def scaled_learning_rate(
     """
     if rule not in ("linear", "sqrt"):
         raise ValueError(f"scaled_learning_rate: rule must be 'linear' or 'sqrt', got {rule!r}")
-    for name, value in (("batch_size", batch_size), ("reference_batch_size", reference_batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"scaled_learning_rate: {name} must be a positive int, got {value!r}")
+    positive_int(batch_size, "scaled_learning_rate: batch_size")
+    positive_int(reference_batch_size, "scaled_learning_rate: reference_batch_size")
     if not base_lr > 0:
         raise ValueError(f"scaled_learning_rate: base_lr must be positive, got {base_lr}")
     k = batch_size / reference_batch_size

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.checks import positive_int
 from workbench.learners.base import GradientStep, Reduction, move_optimizer_state
 from workbench.learners.dqn import transition_batch
 from workbench.models import ContinuousQ, DeterministicPolicy
@@ -93,12 +94,8 @@ class DDPGConfig:
     priority_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
-            raise ValueError(f"DDPGConfig.n_step must be an int >= 1, got {self.n_step!r}")
-        for name in ("batch_size", "replay_capacity", "target_update_interval"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DDPGConfig.{name} must be a positive int, got {value!r}")
+        for name in ("n_step", "batch_size", "replay_capacity", "target_update_interval"):
+            positive_int(getattr(self, name), f"DDPGConfig.{name}")
         if self.replay_capacity < self.batch_size:
             raise ValueError(
                 f"DDPGConfig.replay_capacity {self.replay_capacity} < batch_size "

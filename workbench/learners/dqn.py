@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from workbench.checks import positive_int
 from workbench.kernels import (
     categorical_projection,
     double_q_action,
@@ -109,12 +110,8 @@ class DQNConfig(Precision):
     def __post_init__(self) -> None:
         self.check_fields()
         self.refuse_float16()
-        if isinstance(self.n_step, bool) or not isinstance(self.n_step, int) or self.n_step < 1:
-            raise ValueError(f"DQNConfig.n_step must be an int >= 1, got {self.n_step!r}")
-        for name in ("batch_size", "replay_capacity", "target_update_interval"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DQNConfig.{name} must be a positive int, got {value!r}")
+        for name in ("n_step", "batch_size", "replay_capacity", "target_update_interval"):
+            positive_int(getattr(self, name), f"DQNConfig.{name}")
         if self.replay_capacity < self.batch_size:
             raise ValueError(
                 f"DQNConfig.replay_capacity {self.replay_capacity} < batch_size {self.batch_size}: "

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch.distributions import Categorical
 
+from workbench.checks import positive_int
 from workbench.kernels import vtrace
 from workbench.learners.base import (
     GradientStep,
@@ -79,9 +80,7 @@ class IMPALAConfig(Precision):
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         for name in ("unroll_length", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(getattr(self, name), name)
         if self.anneal_updates is not None and (
             not isinstance(self.anneal_updates, int) or self.anneal_updates < 1
         ):

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.checks import positive_int
 from workbench.kernels import (
     double_q_action,
     inverse_value_rescale,
@@ -80,10 +81,6 @@ __all__ = ["R2D2", "R2D2Config", "SEQUENCE_KEYS", "STATE_KEYS"]
 SEQUENCE_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "first")
 #: Per-sequence keys: the stored LSTM state before row 0, each ``[B, H]``.
 STATE_KEYS = ("state_h", "state_c")
-
-
-def _positive_int(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 1
 
 
 @dataclass
@@ -141,9 +138,7 @@ class R2D2Config(Precision):
             "target_update_interval",
             "replay_capacity",
         ):
-            value = getattr(self, name)
-            if not _positive_int(value):
-                raise ValueError(f"R2D2Config.{name} must be an int >= 1, got {value!r}")
+            positive_int(getattr(self, name), f"R2D2Config.{name}")
         for name in ("burn_in", "overlap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from workbench.checks import positive_int
 from workbench.envs import env_spaces, is_atari, make_vector_env
 from workbench.models import QNetwork, QPolicy, RecurrentQNetwork, RecurrentQPolicy
 from workbench.runs.checkpoints import load_checkpoint_file, save_atomically
@@ -186,8 +187,7 @@ def evaluate(
 
     Actions are sampled from the policy (torch seeded with ``seed``) unless ``deterministic``
     (argmax). ``env_options`` are the training run's (its screen size, sticky actions, ...)."""
-    if isinstance(games, bool) or not isinstance(games, int) or games < 1:
-        raise ValueError(f"games must be a positive int, got {games!r}")
+    positive_int(games, "games")
     options = _evaluation_env_options(env_id, env_options)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from workbench.checks import positive_int
+
 __all__ = [
     "ActorSettings",
     "Change",
@@ -69,8 +71,7 @@ class Settings:
             value = getattr(self, name)
             if name == "num_minibatches" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            positive_int(value, name)
         if self.num_actors > self.num_envs:
             raise ValueError(
                 f"num_actors={self.num_actors} > num_envs={self.num_envs}: each actor needs at "

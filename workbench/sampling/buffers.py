@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from workbench.checks import positive_int
 from workbench.processes import SharedArray
 from workbench.rollout import EpisodeStats, Rollout
 
@@ -136,12 +137,10 @@ def keep_size(new: int | None, current: int) -> int:
 
 
 def check_sizes(num_envs: int, horizon: int, num_workers: int | None = None) -> None:
-    for name, value in (("num_envs", num_envs), ("horizon", horizon)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    positive_int(num_envs, "num_envs")
+    positive_int(horizon, "horizon")
     if num_workers is not None:
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}.")
+        positive_int(num_workers, "num_workers")
         if num_workers > num_envs:
             raise ValueError(
                 f"num_workers={num_workers} > num_envs={num_envs}: each worker needs at least one "

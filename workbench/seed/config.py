@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.checks import positive_int
 from workbench.seed.algorithms import ALGORITHMS, seed_algorithm
 from workbench.seed.learning import SeedLearning
 from workbench.seed.transports import TRANSPORTS
@@ -75,9 +76,7 @@ class SeedConfig:
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         for name in ("num_actors", "envs_per_actor"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(getattr(self, name), name)
         if self.max_actors is not None and self.max_actors < self.num_actors:
             raise ValueError(
                 f"max_actors ({self.max_actors}) must be at least num_actors ({self.num_actors})"
@@ -89,8 +88,7 @@ class SeedConfig:
                 "replay_ratio is windows trained per window assembled: positive"
                 f"{floor if least else ''}; got {self.replay_ratio!r}"
             )
-        if not isinstance(self.replay_unrolls, int) or self.replay_unrolls < 1:
-            raise ValueError(f"replay_unrolls must be a positive int, got {self.replay_unrolls!r}")
+        positive_int(self.replay_unrolls, "replay_unrolls")
         if self.learner_node is not None and self.transport != "ray":
             raise ValueError(
                 f"learner_node places the learner's Ray actor; it needs transport='ray', not "

@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from workbench.checks import positive_int
 from workbench.seed.env_actors import FIRST, REJECTED
 from workbench.system import resolve_device
 
@@ -183,12 +184,7 @@ class InferenceServer:
         listeners: Sequence[StepListener] = (),
         lock: "threading.Lock | None" = None,
     ) -> None:
-        if (
-            not isinstance(max_batch_size, int)
-            or isinstance(max_batch_size, bool)
-            or max_batch_size < 1
-        ):
-            raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
+        positive_int(max_batch_size, "max_batch_size")
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
             raise ValueError(f"timeout must be seconds >= 0, got {timeout!r}")
         self.policy = policy

@@ -13,16 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from workbench.checks import positive_int
+
 __all__ = ["Request", "StepRecorder", "check_batching", "check_max_batch_size", "percentiles_ms"]
 
 
 def check_batching(max_batch_size: Any, timeout: Any) -> None:
-    if (
-        not isinstance(max_batch_size, int)
-        or isinstance(max_batch_size, bool)
-        or max_batch_size < 1
-    ):
-        raise ValueError(f"max_batch_size must be a positive int, got {max_batch_size!r}")
+    positive_int(max_batch_size, "max_batch_size")
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
         raise ValueError(f"timeout must be seconds >= 0, got {timeout!r}")
 

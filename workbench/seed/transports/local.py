@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.checks import positive_int
 from workbench.envs import is_atari
 from workbench.processes import WORKER_TIMEOUT
 from workbench.restarts import RestartSchedule
@@ -117,9 +118,8 @@ class LocalActors:
         nice: int = 0,
         actor_batch: int | None = None,
     ) -> None:
-        for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        positive_int(num_actors, "num_actors")
+        positive_int(envs_per_actor, "envs_per_actor")
         self.actor_batch = check_actor_batch(actor_batch, envs_per_actor, env_id)
         self.max_actors = max(num_actors, max_actors or num_actors)
         observation_space, action_space = served_spaces(env_id, env_options)

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.checks import positive_int
 from workbench.cluster import ensure_ray, import_ray, node_for
 from workbench.envs import make_vector_env
 from workbench.restarts import ActorKeepsDying, RestartSchedule
@@ -245,9 +246,8 @@ class RayActors:
         nice: int = 0,
         max_steps: int | None = None,
     ) -> None:
-        for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        positive_int(num_actors, "num_actors")
+        positive_int(envs_per_actor, "envs_per_actor")
         self.ray = import_ray()
         observation_space, action_space = served_spaces(env_id, env_options)
         self.server = server

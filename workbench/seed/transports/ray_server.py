@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.checks import positive_int
 from workbench.cluster import ensure_ray, node_strategy
 from workbench.seed.env_actors import EPISODE_DONE, REJECTED, TRUNCATED, ServerStopped
 from workbench.seed.transports.batching import (
@@ -154,8 +155,7 @@ class RayInferenceServer:
     ) -> None:
         """Serve ``num_slots`` slots (one per env), all with zero recurrent state; set the
         observation spec that requests are checked against."""
-        if not isinstance(num_slots, int) or num_slots < 1:
-            raise ValueError(f"num_slots must be a positive int, got {num_slots!r}")
+        positive_int(num_slots, "num_slots")
         if obs_shape is not None:
             self.obs_shape = tuple(int(d) for d in obs_shape)
         if obs_dtype is not None:

@@ -75,6 +75,19 @@ def test_a_run_of_actors_has_one_live_knob_bounded_by_its_max_actors():
     assert settings.current.num_actors == 4
 
 
+def test_a_refused_change_goes_back_to_what_the_run_runs_with():
+    settings = actor_settings(num_actors=2, max_actors=4)
+    settings.update(num_actors=3)
+
+    def refuse(new, old):
+        raise RuntimeError("no actor can start")
+
+    kind, details = settings.apply_changes(5, refuse)
+    assert kind == "settings_refused" and "no actor can start" in details["error"]
+    assert settings.current.num_actors == settings.applied.num_actors == 2
+    assert settings.take_changes(iteration=6) is None
+
+
 def test_learner_devices_must_be_distinct():
     with pytest.raises(ValueError, match="cpu:0"):
         RunSettings(learner_devices=("cpu", "cpu"))

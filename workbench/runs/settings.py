@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from workbench.checks import positive_int
@@ -205,10 +205,10 @@ class RunSettings:
         try:
             apply(new, old)
         except Exception as error:
-            # A write landing between these two calls would be lost: a narrow race with a
-            # widget, whose next write is seen again.
-            self.update(**asdict(old))
-            self.take_changes(iteration)
+            # Back to what the loop runs with, requested and applied (a write landing since the
+            # change was taken is lost: a narrow race with a widget, whose next write is seen).
+            with self._lock:
+                self._current = self._applied = old
             error_text = f"{type(error).__name__}: {error}"
             return "settings_refused", {"old": change.old, "new": change.new, "error": error_text}
         return "settings", {"old": change.old, "new": change.new}

@@ -38,6 +38,14 @@ _SHORT = {
     "learner_devices": "learner",
 }
 
+BUTTON_ICONS = {  # a panel button's font-awesome icon and style
+    "continue": ("history", "info"),
+    "start": ("play", "primary"),
+    "pause": ("pause", ""),
+    "resume": ("step-forward", ""),
+    "stop": ("stop", "danger"),
+}
+
 
 def note(text: str, color: str = "#555") -> str:
     """``text`` as an HTML line in ``color``."""
@@ -216,61 +224,19 @@ class Panel:
         self.status.add_class("workbench-status")
         self.message = widgets.HTML()
         self.message.add_class("workbench-message")
-        self.actors: widgets.IntSlider | None = None
-        row = []
-        if max_actors is not None:
-            current = run.settings.current.num_actors
-            self.actors = widgets.IntSlider(
-                value=current,
-                min=1,
-                max=max(max_actors, current),
-                description="actors",
-                continuous_update=False,
-                disabled=not actors_enabled,
-                style={"description_width": "60px"},
-            )
-            self.actors.add_class("workbench-actors")
-            self.actors.observe(self._on_actors, names="value")
-            row.append(self.actors)
-        self.buttons: dict[str, widgets.Button] = {}
+        self.actors = self._actors_slider(max_actors, actors_enabled)
         # After a kernel restart: the newest checkpointed run of the same name, to carry on.
         self.earlier = None
         if run.status == "created" and run.resumed_from is None:
             self.earlier = earlier_run(run.dir.parent, run.name, run.label)
         if self.earlier is not None:
             buttons = ["continue", *buttons]
-        icons = {
-            "continue": ("history", "info"),
-            "start": ("play", "primary"),
-            "pause": ("pause", ""),
-            "resume": ("step-forward", ""),
-            "stop": ("stop", "danger"),
-        }
-        for name in buttons:
-            icon, style = icons[name]
-            button = widgets.Button(
-                description=name.capitalize(),
-                icon=icon,
-                button_style=style,
-                layout=widgets.Layout(width="100px"),
-            )
-            button.add_class(f"workbench-{name}")
-            button.on_click(lambda _, name=name: self.press(name))
-            self.buttons[name] = button
-        boxes = []
-        for chart in self.charts:
-            box = widgets.Box([chart.figure], layout=widgets.Layout(width="100%"))
-            box.add_class(f"workbench-chart-{chart.name}")
-            boxes.append(box)
+        self.buttons = {name: self._button(name) for name in buttons}
+        row = [self.actors] if self.actors is not None else []
         self.controls = widgets.VBox(
             [widgets.HBox([*row, *controls]), widgets.HBox(list(self.buttons.values()))]
         )
-        layout = [self.status, self.controls, self.message]
-        if boxes:
-            layout.append(boxes[0])
-        for i in range(1, len(boxes), 2):
-            layout.append(widgets.HBox(boxes[i : i + 2]))
-        self.widget = widgets.VBox(layout)
+        self.widget = widgets.VBox([self.status, self.controls, self.message, *self._chart_rows()])
         self.widget.add_class(css)
         if self.earlier is not None:
             self.say(
@@ -278,6 +244,46 @@ class Panel:
                 "becomes it); Start begins this new run."
             )
         self.refresh()
+
+    def _actors_slider(self, max_actors: int | None, enabled: bool) -> widgets.IntSlider | None:
+        """The actors slider, up to ``max_actors`` (None: no slider)."""
+        if max_actors is None:
+            return None
+        current = self.run.settings.current.num_actors
+        slider = widgets.IntSlider(
+            value=current,
+            min=1,
+            max=max(max_actors, current),
+            description="actors",
+            continuous_update=False,
+            disabled=not enabled,
+            style={"description_width": "60px"},
+        )
+        slider.add_class("workbench-actors")
+        slider.observe(self._on_actors, names="value")
+        return slider
+
+    def _button(self, name: str) -> widgets.Button:
+        """The button that ``press``es ``name`` (continue, start, pause, resume, stop)."""
+        icon, style = BUTTON_ICONS[name]
+        button = widgets.Button(
+            description=name.capitalize(),
+            icon=icon,
+            button_style=style,
+            layout=widgets.Layout(width="100px"),
+        )
+        button.add_class(f"workbench-{name}")
+        button.on_click(lambda _: self.press(name))
+        return button
+
+    def _chart_rows(self) -> list[widgets.Widget]:
+        """The first chart on a row of its own, the others two to a row."""
+        boxes = []
+        for chart in self.charts:
+            box = widgets.Box([chart.figure], layout=widgets.Layout(width="100%"))
+            box.add_class(f"workbench-chart-{chart.name}")
+            boxes.append(box)
+        return boxes[:1] + [widgets.HBox(boxes[i : i + 2]) for i in range(1, len(boxes), 2)]
 
     # --- actions ----------------------------------------------------------------------------------
 

@@ -59,6 +59,43 @@ def _with(value: int, options: tuple[int, ...]) -> list[int]:
     return sorted(set(options) | {value})
 
 
+def selection(description: str, css: str, value: int, options: tuple) -> widgets.SelectionSlider:
+    """A slider over ``options`` (with ``value`` among them) that writes when released."""
+    slider = widgets.SelectionSlider(
+        options=_with(value, options),
+        value=value,
+        description=description,
+        continuous_update=False,
+        style={"description_width": "110px"},
+    )
+    slider.add_class(f"workbench-{css}")
+    return slider
+
+
+def run_charts(env_id: str) -> tuple[Chart, Chart, Chart]:
+    """A run's return (against env steps and wall time), speed and seconds per stage."""
+    returns = Chart(
+        f"{env_id}: mean episode return (raw)",
+        name="return",
+        lines=[Line("charts/episode_return", "return", "#1f77b4")],
+        x_keys=("charts/env_steps", "charts/wall_seconds"),
+        y_title="return",
+        column_titles=("against env steps", "against wall time"),
+        mode="lines+markers",
+        mark_keys=("charts/env_steps",),  # changes are marked on every chart against env steps
+    )
+    speed = Chart(
+        "env steps per second",
+        name="speed",
+        y_title="steps/s",
+        lines=[Line("charts/steps_per_second", "steps/s", "#2ca02c")],
+    )
+    stages = Chart(
+        "seconds per iteration, by stage", name="stages", y_title="seconds", lines=STAGE_LINES
+    )
+    return returns, speed, stages
+
+
 class RunPanel(Panel):
     """Watch a ``runs.Run`` and steer it while it goes (module docstring).
 
@@ -80,28 +117,11 @@ class RunPanel(Panel):
             value=0.0, min=0.0, max=1.0, description="progress", layout=widgets.Layout(width="98%")
         )
         self.progress.add_class("workbench-progress")
-        slider = dict(continuous_update=False, style={"description_width": "110px"})
-        self.envs = widgets.SelectionSlider(
-            options=_with(settings.num_envs, PANEL_ENVS),
-            value=settings.num_envs,
-            description="envs (B)",
-            **slider,
+        self.envs = selection("envs (B)", "envs", settings.num_envs, PANEL_ENVS)
+        self.horizon = selection("horizon (T)", "horizon", settings.horizon, PANEL_HORIZONS)
+        self.minibatches = selection(
+            "minibatches", "minibatches", settings.num_minibatches, PANEL_MINIBATCHES
         )
-        self.envs.add_class("workbench-envs")
-        self.horizon = widgets.SelectionSlider(
-            options=_with(settings.horizon, PANEL_HORIZONS),
-            value=settings.horizon,
-            description="horizon (T)",
-            **slider,
-        )
-        self.horizon.add_class("workbench-horizon")
-        self.minibatches = widgets.SelectionSlider(
-            options=_with(settings.num_minibatches, PANEL_MINIBATCHES),
-            value=settings.num_minibatches,
-            description="minibatches",
-            **slider,
-        )
-        self.minibatches.add_class("workbench-minibatches")
         self.learner_options = learner_choices(run)
         self.learner = widgets.Dropdown(
             options=list(self.learner_options),
@@ -111,25 +131,7 @@ class RunPanel(Panel):
         )
         self.learner.add_class("workbench-learner")
         self.batch_note = widgets.HTML()
-        returns = Chart(
-            f"{run.env_id}: mean episode return (raw)",
-            name="return",
-            lines=[Line("charts/episode_return", "return", "#1f77b4")],
-            x_keys=("charts/env_steps", "charts/wall_seconds"),
-            y_title="return",
-            column_titles=("against env steps", "against wall time"),
-            mode="lines+markers",
-            mark_keys=("charts/env_steps",),  # changes are marked on every chart against env steps
-        )
-        speed = Chart(
-            "env steps per second",
-            name="speed",
-            y_title="steps/s",
-            lines=[Line("charts/steps_per_second", "steps/s", "#2ca02c")],
-        )
-        stages = Chart(
-            "seconds per iteration, by stage", name="stages", y_title="seconds", lines=STAGE_LINES
-        )
+        returns, speed, stages = run_charts(run.env_id)
         self.return_figure, self.speed_figure, self.stage_figure = (
             returns.figure,
             speed.figure,

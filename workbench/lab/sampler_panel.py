@@ -28,6 +28,26 @@ SAMPLER_COLORS = {
 }
 
 
+def measurements_figure(env_id: str) -> go.FigureWidget:
+    """An empty bar chart that each measurement adds a bar to (steps per second)."""
+    return go.FigureWidget(
+        data=[
+            go.Bar(
+                x=[],
+                y=[],
+                marker_color=[],
+                hovertemplate="%{x}<br>%{y:,.0f} steps/s<extra></extra>",
+            )
+        ],
+        layout=go.Layout(
+            title=f"{env_id}: steps per second, one bar per measurement",
+            yaxis=dict(title="steps per second", rangemode="tozero"),
+            height=350,
+            margin=dict(l=60, r=20, t=50, b=80),
+        ),
+    )
+
+
 class SamplerPanel:
     """Pick a sampler and its size, press Measure, see its steps/s as a new bar.
 
@@ -108,22 +128,7 @@ class SamplerPanel:
         self.message = widgets.HTML(
             value=note(f"T = {self.horizon} steps per collect, {self.seconds:g} s per measurement.")
         )
-        self.figure = go.FigureWidget(
-            data=[
-                go.Bar(
-                    x=[],
-                    y=[],
-                    marker_color=[],
-                    hovertemplate="%{x}<br>%{y:,.0f} steps/s<extra></extra>",
-                )
-            ],
-            layout=go.Layout(
-                title=f"{env_id}: steps per second, one bar per measurement",
-                yaxis=dict(title="steps per second", rangemode="tozero"),
-                height=350,
-                margin=dict(l=60, r=20, t=50, b=80),
-            ),
-        )
+        self.figure = measurements_figure(env_id)
         controls = widgets.HBox([self.kind, self.envs, self.workers, self.button])
         self.widget = widgets.VBox([controls, self.message, self.figure])
 

@@ -12,7 +12,7 @@ from workbench.apex.run import Apex
 from workbench.envs import env_spaces
 from workbench.learners import DDPGConfig, DQNConfig, with_measured_precision
 from workbench.models import QNetwork
-from workbench.runs.recipe_run import run_recipe
+from workbench.runs.recipe_run import actors_description, run_recipe
 from workbench.system import resolve_device
 
 __all__ = ["APEX_CARTPOLE_AGENT", "APEX_RECIPES", "ApexRecipe"]
@@ -73,15 +73,9 @@ class ApexRecipe:
     def describe(self) -> dict[str, Any]:
         """``RunnableRecipe.describe``: Ape-X's actors, each stepping its envs a block at a time."""
         config = self.config
-        return {
-            "system": "apex",
-            "algorithm": config.algorithm.title,
-            "transport": config.transport,
-            "num_actors": config.num_actors,
-            "envs_per_actor": config.envs_per_actor,
-            "num_envs": config.num_actors * config.envs_per_actor,
-            "block_steps": config.block_steps,
-        }
+        return actors_description(
+            "apex", config.algorithm.title, config, block_steps=config.block_steps
+        )
 
     def make_run(
         self,

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["RunnableRecipe", "run_recipe"]
+__all__ = ["RunnableRecipe", "actors_description", "run_recipe"]
 
 
 @runtime_checkable
@@ -47,6 +47,20 @@ class RunnableRecipe(Protocol):
         """What a record says the recipe runs: its ``system`` and ``algorithm``, ``num_envs`` in
         all, and its system's own shape (a ``Run``'s sampler, workers and horizon; an Ape-X or
         SEED run's actors, envs per actor and transport)."""
+
+
+def actors_description(system: str, algorithm: str, config: Any, **shape: Any) -> dict[str, Any]:
+    """``describe()`` of a system of actors (Ape-X, SEED): its transport, actors and envs, and
+    ``shape``, what else the system's own config says of them."""
+    return {
+        "system": system,
+        "algorithm": algorithm,
+        "transport": config.transport,
+        "num_actors": config.num_actors,
+        "envs_per_actor": config.envs_per_actor,
+        "num_envs": config.num_actors * config.envs_per_actor,
+        **shape,
+    }
 
 
 def run_recipe(

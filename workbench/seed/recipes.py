@@ -9,7 +9,7 @@ import torch
 
 from workbench.envs import env_spaces
 from workbench.learners import IMPALAConfig, R2D2Config, with_measured_precision
-from workbench.runs.recipe_run import run_recipe
+from workbench.runs.recipe_run import actors_description, run_recipe
 from workbench.seed.config import SeedConfig
 from workbench.seed.run import Seed
 from workbench.system import resolve_device
@@ -57,16 +57,9 @@ class SeedRecipe:
     def describe(self) -> dict[str, Any]:
         """``RunnableRecipe.describe``: SEED's env-only actors around one inference server; the
         learner's window (an unroll, or a sequence with its burn-in)."""
-        config = self.config
-        return {
-            "system": "seed",
-            "algorithm": config.algorithm_class.title,
-            "transport": config.transport,
-            "num_actors": config.num_actors,
-            "envs_per_actor": config.envs_per_actor,
-            "num_envs": config.num_actors * config.envs_per_actor,
-            "window": config.algorithm_class.window_length(config.learner_settings),
-        }
+        config, algorithm = self.config, self.config.algorithm_class
+        window = algorithm.window_length(config.learner_settings)
+        return actors_description("seed", algorithm.title, config, window=window)
 
     def make_run(
         self,

@@ -64,7 +64,7 @@ def test_single_process_dqn_learns_as_apex_does_but_with_one_annealed_epsilon():
     assert DQN_PONG.config.learning_starts == APEX.config.learning_starts
     assert dict(DQN_PONG.model_options) == APEX.config.model_options
     assert dict(DQN_PONG.env_options) == APEX.config.env_options
-    assert DQN_PONG.num_envs == APEX.num_envs == 16
+    assert DQN_PONG.num_envs == APEX.describe()["num_envs"] == 16
     # Mnih et al. 2015's schedule, 1 -> 0.01 over the first 10% of the budget
     config = DQN_PONG.config
     assert (config.epsilon_start, config.epsilon_end, config.exploration_fraction) == (1, 0.01, 0.1)

@@ -64,7 +64,7 @@ def measure(recipe, precision: dict, threads: int, seconds: float) -> dict:
     config = replace(recipe.config, seed=0, agent=agent, learner_threads=threads)
     run = Apex(config, device=recipe.device, runs_dir=tempfile.mkdtemp(), name="levers")
     clock = {"update_seconds": 0.0, "updates": 0, "first": None}
-    update = run.agent.update
+    update = run.learner.update
 
     def timed_update(batch):
         started = time.perf_counter()
@@ -76,7 +76,7 @@ def measure(recipe, precision: dict, threads: int, seconds: float) -> dict:
             clock["updates"] += 1
         return metrics
 
-    run.agent.update = timed_update
+    run.learner.update = timed_update
     deadline = None
     run.start()
     try:

@@ -440,17 +440,17 @@ def test_a_stopped_run_resumed_from_its_checkpoint_carries_on(tmp_path, one_thre
     assert (through_recipe.config.seed, through_recipe.updates) == (1, apex.updates)
     assert through_recipe.metrics_path != apex.metrics_path  # a continuation of its own
     policy = load_policy(recipe, apex.dir)  # benchmarks/evaluate.py's: the learner's Q-network
-    trained = apex.agent.model.q_network.state_dict()
+    trained = apex.learner.model.q_network.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in policy.q_network.state_dict().items())
     resumed = Apex.from_checkpoint(apex.dir, log_interval=0.5)
     assert resumed.name == apex.name and resumed.metrics_path == apex.metrics_path
     assert (resumed.updates, resumed.env_steps) == (apex.updates, apex.env_steps)
-    before, after = apex.agent.state_dict(), resumed.agent.state_dict()
+    before, after = apex.learner.state_dict(), resumed.learner.state_dict()
     for part in ("model", "target"):
         assert before[part].keys() == after[part].keys()
         for key, value in before[part].items():
             torch.testing.assert_close(after[part][key], value)
-    assert resumed.agent.num_updates == apex.agent.num_updates
+    assert resumed.learner.num_updates == apex.learner.num_updates
     rows_before = len(metric_rows(apex))
     assert len(metric_rows(resumed)) == rows_before  # the saved rows, read back
 

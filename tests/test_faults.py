@@ -79,7 +79,7 @@ def test_a_nan_loss_stops_a_seed_run_with_its_batch(tmp_path):
 def test_a_nan_loss_stops_an_apex_run_with_its_batch(tmp_path):
     config = ONE_ACTOR_CARTPOLE
     apex = Apex(config, runs_dir=str(tmp_path), log_interval=0.5)
-    poison(apex.agent, at_update=5)
+    poison(apex.learner, at_update=5)
     with pytest.raises(NonFiniteLoss, match="at update 5"):
         apex.run(seconds=120)
     assert apex.actor_pids() == {}  # the actors went with the run

@@ -82,7 +82,7 @@ class Apex(RunLifecycle):
             )
         self.config = config
         self.device = resolve_device(device)
-        self.agent = make_agent(config, self.device)
+        self.learner = make_agent(config, self.device)
         self.target_metric = target_metric
         self.log_interval = float(log_interval)
         super().__init__(
@@ -132,7 +132,7 @@ class Apex(RunLifecycle):
         self._metrics: dict[str, float] = {}
         self._next_row = time.monotonic() + self.log_interval
         self._last_added, self._last_row_wall = 0, self.wall_seconds
-        self.transport = make_transport(self.config, self.agent.actor_state())
+        self.transport = make_transport(self.config, self.learner.actor_state())
         self.actor_restarts.waiting.clear()  # deaths of an earlier segment's actors
         self.running_actors = []
         self._resize(self.settings.applied.num_actors)
@@ -167,12 +167,12 @@ class Apex(RunLifecycle):
         if sample is not None:
             batch, indices, weights = sample
             batch = {**batch, "weights": weights}
-            self._metrics = self.agent.update(batch)
+            self._metrics = self.learner.update(batch)
             check_finite(self._metrics, batch, f"update {self.updates + 1}")
-            transport.update_priorities(indices, self.agent.priorities)
+            transport.update_priorities(indices, self.learner.priorities)
             self.updates += 1
             if self.updates % self.config.publish_interval == 0:
-                transport.publish(self.agent.actor_state())
+                transport.publish(self.learner.actor_state())
         if time.monotonic() < self._next_row:
             return None
         self._next_row = time.monotonic() + self.log_interval
@@ -233,19 +233,19 @@ class Apex(RunLifecycle):
             "config": config_to_dict(self.config),
             "transport": self.config.transport,
             "device": str(self.device),
-            "algo": f"{type(self.agent).__module__}.{type(self.agent).__qualname__}",
+            "algo": f"{type(self.learner).__module__}.{type(self.learner).__qualname__}",
         }
 
     def run_state(self) -> dict[str, Any]:
         return {
             "config": config_to_dict(self.config),
-            "agent": self.agent.state_dict(),
+            "agent": self.learner.state_dict(),
             "restarts": self.actor_restarts.count,
             "replay": "not saved: the actors refill the replay on resume",
         }
 
     def load_run_state(self, state: dict[str, Any]) -> None:
-        self.agent.load_state_dict(state["agent"])
+        self.learner.load_state_dict(state["agent"])
         self.actor_restarts.count = int(state.get("restarts", 0))
 
     @classmethod

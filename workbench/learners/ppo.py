@@ -158,37 +158,17 @@ class PPO(PolicyGradientLearner):
             stop = False
             for minibatch in torch.tensor_split(order, c.num_minibatches):
                 idx = reduce.local_samples(minibatch, T, B).to(self.device)
-                out = self.evaluate(obs[idx], actions[idx])  # float32 outputs
-                mb_advantages = b_advantages[idx]
-                if c.normalize_advantages:
-                    mb_advantages = reduce.normalize(mb_advantages)
-                pg_losses, ratio = clipped_policy_loss(
-                    b_logp[idx], out["logp"], mb_advantages, c.clip_coef, reduction="none"
-                )
-                v_losses = value_loss(
-                    out["value"],
+                step_metrics = self.minibatch_step(
+                    obs[idx],
+                    actions[idx],
+                    b_logp[idx],
+                    b_values[idx],
+                    b_advantages[idx],
                     b_returns[idx],
-                    behaviour_values=b_values[idx],
-                    clip_coef=c.clip_coef if c.clip_value_loss else None,
-                    reduction="none",
                 )
-                pg_loss, v_loss = reduce.mean(pg_losses), reduce.mean(v_losses)
-                entropy = reduce.mean(out["entropy"])
-                loss = pg_loss + c.value_coef * v_loss - c.entropy_coef * entropy
-                grad_norm = self.step(loss)
-                with torch.no_grad():
-                    log_ratio = out["logp"] - b_logp[idx]
-                    approx_kl = float(reduce.mean((ratio - 1) - log_ratio))
-                    clip_fraction = float(reduce.mean(((ratio - 1).abs() > c.clip_coef).float()))
-                for key, value in (
-                    ("losses/policy", pg_loss.item()),
-                    ("losses/value", v_loss.item()),
-                    ("losses/entropy", entropy.item()),
-                    ("losses/approx_kl", approx_kl),
-                    ("losses/clip_fraction", clip_fraction),
-                    ("losses/grad_norm", grad_norm),
-                ):
+                for key, value in step_metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
+                approx_kl = step_metrics["losses/approx_kl"]
                 steps += 1
                 if c.target_kl is not None and approx_kl > c.target_kl:
                     stop = True  # the same decision on every learner: approx_kl is joined
@@ -201,6 +181,48 @@ class PPO(PolicyGradientLearner):
         metrics["charts/learning_rate"] = self.learning_rate
         metrics["charts/epochs"] = float(epochs)
         return metrics
+
+    def minibatch_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        behaviour_logp: torch.Tensor,
+        behaviour_values: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+    ) -> dict[str, float]:
+        """One gradient step on a minibatch of the flattened rollout: the clipped surrogate
+        (Eq. 7), the value loss and the entropy bonus (Eq. 9); its metrics."""
+        c, reduce = self.config, self.reduction
+        out = self.evaluate(obs, actions)  # float32 outputs
+        if c.normalize_advantages:
+            advantages = reduce.normalize(advantages)
+        pg_losses, ratio = clipped_policy_loss(
+            behaviour_logp, out["logp"], advantages, c.clip_coef, reduction="none"
+        )
+        v_losses = value_loss(
+            out["value"],
+            returns,
+            behaviour_values=behaviour_values,
+            clip_coef=c.clip_coef if c.clip_value_loss else None,
+            reduction="none",
+        )
+        pg_loss, v_loss = reduce.mean(pg_losses), reduce.mean(v_losses)
+        entropy = reduce.mean(out["entropy"])
+        loss = pg_loss + c.value_coef * v_loss - c.entropy_coef * entropy
+        grad_norm = self.step(loss)
+        with torch.no_grad():
+            log_ratio = out["logp"] - behaviour_logp
+            approx_kl = float(reduce.mean((ratio - 1) - log_ratio))
+            clip_fraction = float(reduce.mean(((ratio - 1).abs() > c.clip_coef).float()))
+        return {
+            "losses/policy": pg_loss.item(),
+            "losses/value": v_loss.item(),
+            "losses/entropy": entropy.item(),
+            "losses/approx_kl": approx_kl,
+            "losses/clip_fraction": clip_fraction,
+            "losses/grad_norm": grad_norm,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "generator": self.generator.get_state()}

@@ -75,6 +75,13 @@ def test_a_run_of_actors_has_one_live_knob_bounded_by_its_max_actors():
     assert settings.current.num_actors == 4
 
 
+def test_a_live_change_gives_a_minibatch_count_not_none():
+    settings = RunSettings(num_envs=8, horizon=16, num_minibatches=2)
+    with pytest.raises(ValueError, match="give a count"):
+        settings.update(num_minibatches=None)
+    assert settings.current.num_minibatches == 2
+
+
 def test_a_refused_change_goes_back_to_what_the_run_runs_with():
     settings = actor_settings(num_actors=2, max_actors=4)
     settings.update(num_actors=3)

@@ -155,6 +155,10 @@ class RunSettings:
             )
         if unknown:
             raise ValueError(f"Unknown setting(s) {sorted(unknown)}; the settings are {live}.")
+        if "num_minibatches" in values and values["num_minibatches"] is None:
+            raise ValueError(
+                "num_minibatches=None is left to the learner only when a run is made; give a count"
+            )
         if "learner_devices" in values:
             values["learner_devices"] = tuple(values["learner_devices"])
         with self._lock:

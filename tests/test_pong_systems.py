@@ -98,3 +98,19 @@ def test_the_figure_draws_every_seed_against_time_and_steps():
     runs = 3 + 1 + 1 + 3
     assert len(figure.data) == 2 * runs
     assert {trace.legendgroup for trace in figure.data} == set(RECORDED)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "samples"),
+    [("apex-dqn-pong-fast", 64), ("seed-vtrace-pong-fast", 12 * 20), ("ppo-pong-fast", 256)],
+)
+def test_a_record_written_from_a_recipes_description_is_read_as_its_kind(recipe, samples):
+    import dataclasses
+
+    from workbench.apex import APEX_RECIPES
+    from workbench.runs.recipes import RECIPES
+    from workbench.seed import SEED_RECIPES
+
+    found = {**RECIPES, **SEED_RECIPES, **APEX_RECIPES}[recipe]
+    entry = {**found.describe(), "config": dataclasses.asdict(found.config)}  # as learning.py
+    assert samples_per_gradient_step(entry) == samples

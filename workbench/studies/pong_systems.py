@@ -25,13 +25,21 @@ from workbench.studies.pong_studies import COLORS, first_crossing, load_json
 __all__ = ["gradient_steps", "samples_per_gradient_step", "system_rows", "systems_figure"]
 
 
+def record_kind(entry: dict[str, Any]) -> str:
+    """A recorded recipe's run kind: its learner for a ``Run`` (``PPO``, ``A2C``, ``DQN``),
+    ``Apex`` or ``Seed`` for a system of actors. Records written since recipes describe themselves
+    name their ``system``; earlier ones wrote the kind in ``algorithm``."""
+    system = entry.get("system")
+    return {"apex": "Apex", "seed": "Seed"}.get(system, entry["algorithm"])
+
+
 def gradient_steps(entry: dict[str, Any], point: dict[str, Any]) -> int:
     """Gradient steps behind a recorded curve ``point``: a replay learner's own count where the
     point has it (a DQN run's ``updates`` are its iterations, each a varying number of steps),
     PPO and A2C an iteration's epochs x minibatches, every other learner one step per update."""
     if point.get("gradient_steps") is not None:
         return int(point["gradient_steps"])
-    kind, config = entry["algorithm"], entry["config"]
+    kind, config = record_kind(entry), entry["config"]
     if kind in ITERATION_COUNTS:
         raise ValueError(
             f"this {kind} record's points count iterations, not gradient steps; record it again "
@@ -48,7 +56,7 @@ def samples_per_gradient_step(entry: dict[str, Any]) -> int:
     ``benchmarks/learning.py`` file): PPO and A2C a minibatch of the rollout, V-trace its batch of
     unrolls (B x T), R2D2 its batch of sequences (B x trained length), Ape-X and DQN a batch of
     transitions."""
-    kind = entry["algorithm"]
+    kind = record_kind(entry)
     if kind not in SAMPLES_PER_STEP:
         raise ValueError(f"no rule for the samples of a {kind} update; add one to SAMPLES_PER_STEP")
     return SAMPLES_PER_STEP[kind](entry, entry["config"])
@@ -75,7 +83,7 @@ SAMPLES_PER_STEP = {
     "Apex": lambda entry, config: config["agent"]["batch_size"],
     "DQN": lambda entry, config: config["batch_size"],
 }
-"""Samples one gradient step trains on, by the record's run kind (``entry["algorithm"]``)."""
+"""Samples one gradient step trains on, by the record's run kind (``record_kind``)."""
 
 
 def system_rows(

@@ -395,7 +395,7 @@ def test_actors_are_added_removed_and_restarted_while_the_replay_keeps_its_data(
             pid = apex.actor_pids()[0]
             os.kill(pid, signal.SIGKILL)
             seen["killed"], seen["size_at_kill"] = pid, row["apex/replay_size"]
-        elif "grown" not in seen and apex.restarts:
+        elif "grown" not in seen and apex.actor_restarts.count:
             apex.set_num_actors(3)
             seen["grown"] = True
         elif (

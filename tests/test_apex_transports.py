@@ -255,7 +255,12 @@ def test_ray_transport_learns_from_every_actor_and_restarts_a_killed_one(ray_ins
         if not killed and row["charts/updates"] > 0:
             killed["handle"] = apex.transport.actor_handles()[1]
             ray.kill(killed["handle"])
-        if killed and apex.restarts and row["charts/updates"] >= 300 and 1 in row["apex/per_actor"]:
+        if (
+            killed
+            and apex.actor_restarts.count
+            and row["charts/updates"] >= 300
+            and 1 in row["apex/per_actor"]
+        ):
             apex.stop()
 
     apex.run(seconds=240)

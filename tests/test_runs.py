@@ -341,6 +341,8 @@ def test_a_failing_update_fails_the_run_keeps_the_error_and_closes_the_sampler(
         def __init__(self) -> None:
             self.inner = make_algo()
             self.model = self.inner.model
+            self.device, self.reduction = self.inner.device, self.inner.reduction
+            self.batch_axis = self.inner.batch_axis
 
         def update(self, rollout):
             if self.inner.num_updates == 2:

@@ -126,7 +126,7 @@ def test_busy_cores_end_when_their_parent_is_killed(tmp_path):
     import psutil
 
     script = (
-        "import sys, time\nfrom workbench.lab import pg_studies\n"
+        "import sys, time\nfrom workbench.studies import pg_studies\n"
         "with pg_studies.busy_cores(1) as pids:\n"
         "    print(pids[0], flush=True)\n"
         "    time.sleep(600)\n"

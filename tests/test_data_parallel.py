@@ -270,7 +270,11 @@ def test_two_gloo_impala_learners_make_the_single_learner_update(impala_pair):
         batch = unrolls(single.model, seed=50 + update)
         expected = single.update(batch)
         got = parallel.update(batch)
-        assert_same_parameters(single.model, parallel.model)
+        # Adam divides each gradient by its own scale, so where a gradient is near zero a float32
+        # rounding of the all-reduce's sum turns into a step-sized difference: on a Xeon with
+        # AVX-512 kernels 2.3e-5 of a 1e-3 step. A twentieth of the step still fails any update
+        # that is not the single learner's (a wrong shard or reduction moves whole steps).
+        assert_same_parameters(single.model, parallel.model, atol=5e-5)
         assert_same_metrics(expected, got)
     assert expected["charts/clipped_rho_fraction"] > 0  # the clipping was exercised
     assert parallel.num_updates == single.num_updates == 2

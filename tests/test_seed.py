@@ -236,6 +236,11 @@ def test_a_server_acting_while_the_compiled_learner_compiles_waits_instead_of_fa
         learner.update(_unroll_batch(T=6, B=3))
         compiling = time.perf_counter() - started
         learner.update(_unroll_batch(T=6, B=3))
+        # A model this process compiled before updates in milliseconds: give the server its turn
+        # (a server stuck behind the lock, or failed, still misses it).
+        deadline = time.perf_counter() + 5.0
+        while acted[-1] <= started + compiling and time.perf_counter() < deadline and not errors:
+            time.sleep(0.001)
     finally:
         stop.set()
         server.join(timeout=10)

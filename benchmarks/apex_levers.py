@@ -60,8 +60,8 @@ def measure(recipe, precision: dict, threads: int, seconds: float) -> dict:
     from workbench.apex import Apex
 
     forward = "compiled" if precision["compile"] else "eager"
-    agent = replace(recipe.config.agent, **precision)
-    config = replace(recipe.config, seed=0, agent=agent, learner_threads=threads)
+    learner = replace(recipe.config.learner, **precision)
+    config = replace(recipe.config, seed=0, learner=learner, learner_threads=threads)
     run = Apex(config, device=recipe.device, runs_dir=tempfile.mkdtemp(), name="levers")
     clock = {"update_seconds": 0.0, "updates": 0, "first": None}
     update = run.learner.update
@@ -97,8 +97,8 @@ def measure(recipe, precision: dict, threads: int, seconds: float) -> dict:
     return {
         "forward": forward,
         "learner_threads": threads,
-        "precision": f"{agent.autocast or 'float32'}/"
-        f"{'channels_last' if agent.channels_last else 'contiguous'}",
+        "precision": f"{learner.autocast or 'float32'}/"
+        f"{'channels_last' if learner.channels_last else 'contiguous'}",
         "seconds": elapsed,
         "updates_per_second": (last["charts/updates"] - first["charts/updates"]) / elapsed,
         "env_steps_per_second": steps / elapsed,
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = observation_space.shape
     network = QNetwork(shape, int(action_space.n), **config.model_options)
     # once: each row's precision is the fastest eager or compiled one measured here
-    choice = choose_precision(network, shape, config.agent.batch_size, try_compile=True)
+    choice = choose_precision(network, shape, config.learner.batch_size, try_compile=True)
     print(f"learner samples/s {choice.describe()}", flush=True)
     precision = {forward: fastest(choice.rates, forward == "compiled") for forward, _ in ROWS}
 

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {
         "seconds": args.seconds,
         "target": args.target,
-        "config": {"env_id": config.env_id, "agent": dataclasses.asdict(config.agent)},
+        "config": {"env_id": config.env_id, "learner": dataclasses.asdict(config.learner)},
         "runs": [{**dataclasses.asdict(r), "replay_ratio": r.replay_ratio} for r in runs],
     }
     recording.finish(figures, ratios, args.out)

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     config = apex_studies.apex_cartpole_config(max_actors=max(16, *args.actors))
     print(
         f"machine: {machine.cpu_model}, {machine.cores} cores, load average {load_before[0]:.2f}; "
-        f"Ape-X DQN on {config.env_id}, batch {config.agent.batch_size}, "
+        f"Ape-X DQN on {config.env_id}, batch {config.learner.batch_size}, "
         f"{args.seconds:g} s measured per row after each run's warm-up"
     )
     print(HEADER, flush=True)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": list(os.getloadavg()),
         "config": {
             "env_id": config.env_id,
-            "agent": dataclasses.asdict(config.agent),
+            "learner": dataclasses.asdict(config.learner),
             "model_options": config.model_options,
             "block_steps": config.block_steps,
             "envs_per_actor": config.envs_per_actor,

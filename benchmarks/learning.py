@@ -20,7 +20,7 @@ A checkpoint at a stage of learning, and runs that continue it: ``--target R --k
 PATH`` stops at a return of R and keeps the run's checkpoint; ``--resume-from PATH`` continues it
 once per seed (the seed picks the envs and the sampling; ``resumed_at_env_steps`` says where), with
 ``--max-env-steps`` and ``--train-through`` for a fixed length (notebook 09's ci run is sized from
-such a record). A lever probe: ``--set config.agent.learning_rate=3e-4 --out data/probe_x.json``
+such a record). A lever probe: ``--set config.learner.learning_rate=3e-4 --out data/probe_x.json``
 runs the recipe with that setting changed (a dotted path in the recipe, a Python literal; repeat for
 more) and records what it changed under the recipe's ``settings``. Every kind runs through
 ``recipe.run(seed, max_seconds=, on_update=)`` (``runs.recipes.run_recipe``), its run writing its
@@ -154,7 +154,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="FIELD=VALUE",
         help="change one setting of every named recipe for this command (repeat for more): a "
-        "dotted path in the recipe and a Python literal, e.g. config.agent.learning_rate=3e-4 or "
+        "dotted path in the recipe and a Python literal, e.g. config.learner.learning_rate=3e-4 or "
         "config.min_replay_ratio=4; a lever probe, recorded in its own --out with what it changed",
     )
     args = parser.parse_args(argv)
@@ -198,7 +198,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     path, sep, value = text.partition("=")
     if not sep or not path.strip():
         raise ValueError(
-            f"--set takes FIELD=VALUE, e.g. config.agent.learning_rate=3e-4; got {text!r}"
+            f"--set takes FIELD=VALUE, e.g. config.learner.learning_rate=3e-4; got {text!r}"
         )
     try:
         parsed = ast.literal_eval(value.strip())
@@ -374,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
             "mode": getattr(recipe, "mode", None),
             **recipe.describe(),
             "config": dataclasses.asdict(recipe.config),
+            # a DQN recipe's replay, ratio and exploration (its ReplayAgent's)
+            **(
+                {"replay": dataclasses.asdict(recipe.replay)}
+                if getattr(recipe, "replay", None) is not None
+                else {}
+            ),
             "total_steps": recipe.total_steps,
             "frameskip": frameskip,
             "target_return": recipe.target_return,
@@ -425,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.makedirs(os.path.dirname(os.path.abspath(kept)), exist_ok=True)
                 shutil.copyfile(run.checkpoint_path, kept)
                 print(f"kept {run.checkpoint_path} as {kept}", flush=True)
-            learner_config = getattr(getattr(run, "learner", None), "config", None)
+            learner = getattr(run, "learner", None)
+            # a ReplayAgent holds the learner whose config this is (its own is the replay's)
+            learner_config = getattr(getattr(learner, "learner", learner), "config", None)
             entry["runs"].append(
                 {
                     "seed": seed,

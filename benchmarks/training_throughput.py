@@ -375,7 +375,7 @@ def measure_run(
     config = hp.ppo_config(autocast=autocast, channels_last=channels_last, compile=compile)
     algo = PPO(model, config, device=device, seed=seed)
     settings = RunSettings(
-        num_actors=num_workers if sampler != "serial" else 1,
+        num_workers=num_workers if sampler != "serial" else 1,
         num_envs=hp.num_envs,
         horizon=hp.num_steps,
         num_minibatches=hp.num_minibatches,

@@ -23,7 +23,7 @@ from workbench.apex import (
     ReplayServer,
     actor_epsilons,
     actor_noise_scales,
-    make_agent,
+    make_learner,
 )
 from workbench.apex.transports.local import SharedParameters
 from workbench.learners import DQNConfig
@@ -31,16 +31,13 @@ from workbench.runs.checkpoints import load_checkpoint_file
 from workbench.runs.evaluation import load_policy
 from workbench.runs.records import load_metrics
 
-CARTPOLE_AGENT = dict(
+CARTPOLE_LEARNER = dict(
     n_step=3,
     double=True,
     batch_size=64,
     learning_rate=1e-3,
     adam_eps=1e-8,
-    replay_capacity=100_000,
     target_update_interval=256,
-    prioritized=True,
-    priority_alpha=0.6,
     max_grad_norm=10.0,
 )
 
@@ -48,7 +45,7 @@ CARTPOLE_AGENT = dict(
 def cartpole_config(**changes) -> ApexConfig:
     values = dict(
         env_id="CartPole-v1",
-        agent=DQNConfig(**CARTPOLE_AGENT),
+        learner=DQNConfig(**CARTPOLE_LEARNER),
         model_options=dict(dueling=True, hidden=(64, 64)),
         num_actors=2,
         learning_starts=500,
@@ -62,7 +59,7 @@ def pong_config(**changes) -> ApexConfig:
     """A small Ape-X on Pong: a replay of 10k frames, learning after 100."""
     values = dict(
         env_id="ALE/Pong-v5",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        learner=DQNConfig(batch_size=32),
         learning_starts=100,
         replay_capacity=10_000,
     )
@@ -104,7 +101,7 @@ def test_actor_block_holds_nstep_transitions_and_their_initial_priorities(one_th
     config = cartpole_config(block_steps=20, envs_per_actor=2)
     actor = ApexActor(config, index=1, exploration=0.3)
     block = actor.collect()
-    n = config.agent.n_step
+    n = config.learner.n_step
     transitions = block["transitions"]
     # The last n - 1 steps of each env wait for the next block to complete their windows.
     assert len(transitions["actions"]) <= 2 * (20 - (n - 1)) + 2 * n
@@ -145,8 +142,8 @@ def test_an_actor_builds_a_policy_not_a_learner_and_prioritizes_as_its_learner_w
 ):
     # Acting apart from learning: no optimizer on the actor's side, and the same |TD error| as
     # the learner computes from the parameters it publishes (Horgan et al. 2018, Alg. 1).
-    config = ApexConfig(env_id=env_id, algo=algo, model_options=dict(hidden=(32, 32)))
-    learner, actor = make_agent(config), config.algorithm.make_actor(config)
+    config = ApexConfig(env_id=env_id, algorithm=algo, model_options=dict(hidden=(32, 32)))
+    learner, actor = make_learner(config), config.apex_algorithm.make_actor(config)
     assert not any("optimizer" in name for name in vars(actor))
     actor.load_actor_state(learner.actor_state())
     n = 32
@@ -163,7 +160,7 @@ def test_actor_refreshes_parameters_only_after_the_sync_interval(one_thread):
     config = cartpole_config(block_steps=50, parameter_sync_frames=100)
     actor = ApexActor(config, index=0, exploration=0.1)
     assert actor.wants_parameters()
-    learner = make_agent(config)
+    learner = make_learner(config)
     actor.load_parameters(learner.actor_state(), version=2)
     assert not actor.wants_parameters()
     actor.collect()
@@ -183,7 +180,7 @@ def test_atari_actor_sends_steps_for_frame_storage_with_a_priority_per_step(one_
     assert steps["obs"].shape == (10, 1, 4, 84, 84) and steps["obs"].dtype == np.uint8
     assert steps["env_ids"].tolist() == [1]  # actor 1's env is stream 1 of the central storage
     # Windows that run past the block (no episode ends in 10 Pong steps) have no priority yet.
-    n = config.agent.n_step
+    n = config.learner.n_step
     assert np.isfinite(block["priorities"][: 10 - (n - 1)]).all()
     assert np.isnan(block["priorities"][10 - (n - 1) :]).all()
     actor.close()
@@ -206,7 +203,7 @@ def test_an_atari_actor_and_its_network_follow_the_configs_env_options(one_threa
     block = actor.collect()
     actor.close()
     assert block["steps"]["obs"].shape == (5, 1, 4, 42, 42)
-    q = make_agent(config).q_network
+    q = make_learner(config).q_network
     assert q(torch.zeros(2, 4, 42, 42, dtype=torch.uint8)).shape == (2, 6)
 
 
@@ -274,7 +271,10 @@ def test_an_annealed_schedule_gives_every_actor_one_epsilon_falling_with_all_the
     "changes, fix",
     [
         (dict(exploration_schedule="cosine"), "'ladder' or 'annealed'"),
-        (dict(exploration_schedule="annealed", algo="ddpg", env_id="Pendulum-v1"), "use 'ladder'"),
+        (
+            dict(exploration_schedule="annealed", algorithm="ddpg", env_id="Pendulum-v1"),
+            "use 'ladder'",
+        ),
     ],
 )
 def test_an_unknown_or_misplaced_exploration_schedule_names_the_fix(changes, fix):
@@ -352,8 +352,8 @@ def test_unknown_transport_names_the_choices():
 
 
 def test_dpg_on_a_discrete_env_says_use_dqn():
-    with pytest.raises(ValueError, match="algo='dqn'"):
-        make_agent(ApexConfig(env_id="CartPole-v1", algo="ddpg"))
+    with pytest.raises(ValueError, match="algorithm='dqn'"):
+        make_learner(ApexConfig(env_id="CartPole-v1", algorithm="ddpg"))
 
 
 def test_more_actors_than_max_actors_is_refused():
@@ -491,7 +491,7 @@ def test_apex_dpg_solves_pendulum_within_20k_env_steps():
 def test_apex_on_pong_feeds_frames_to_the_learner(tmp_path):
     config = ApexConfig(
         env_id="ALE/Pong-v5",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        learner=DQNConfig(batch_size=32),
         model_options=dict(dueling=True),
         num_actors=2,
         max_actors=2,

@@ -29,7 +29,7 @@ from workbench.apex import (
     ApexConfig,
     ApexTransport,
     actor_epsilons,
-    make_agent,
+    make_learner,
     make_transport,
 )
 from workbench.learners import DQNConfig
@@ -66,7 +66,7 @@ def transport(request, config):
     if request.param == "ray":
         request.getfixturevalue("ray_instance")
     config = replace(config, transport=request.param)
-    transport = make_transport(config, make_agent(config).actor_state())
+    transport = make_transport(config, make_learner(config).actor_state())
     transport.set_explorations(config.explorations(config.num_actors))
     try:
         yield transport
@@ -135,7 +135,7 @@ def test_started_actors_send_blocks_to_the_replay_and_act_with_published_paramet
 
     # Parameters published to the running actors reach every one of them.
     versions = {i: later["per_actor"][i]["parameter_version"] for i in (0, 1)}
-    transport.publish(make_agent(config).actor_state())
+    transport.publish(make_learner(config).actor_state())
 
     def refreshed():
         per_actor = transport.stats()["per_actor"]
@@ -232,9 +232,7 @@ def test_a_killed_actor_is_reported_dead_a_restart_sends_again_and_close_leaves_
 def small_config(num_actors: int) -> ApexConfig:
     return ApexConfig(
         env_id="CartPole-v1",
-        agent=DQNConfig(
-            batch_size=32, replay_capacity=10_000, target_update_interval=100, learning_rate=1e-3
-        ),
+        learner=DQNConfig(batch_size=32, target_update_interval=100, learning_rate=1e-3),
         model_options=dict(dueling=True, hidden=(32, 32)),
         num_actors=num_actors,
         learning_starts=200,

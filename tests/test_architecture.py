@@ -1,6 +1,7 @@
 """Specifications of the house itself (``docs/architecture.md``): read from the code's own syntax.
 
-1. Every module of ``workbench/`` is readable in one sitting: at most 500 lines.
+1. Every module of ``workbench/`` is readable in one sitting: at most 500 lines; every function
+   in one screen: at most 60 lines of code (its docstring, comments and blank lines not counted).
 2. No private name crosses a module: no ``from workbench.x import _y``, and no ``obj._name`` where
    ``_name`` is defined only in other modules of the package.
 3. No import cycle between the package's modules (at run time: an import under ``if
@@ -30,6 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "workbench"
 MAX_LINES = 500
+MAX_FUNCTION_LINES = 60
 
 
 def module_name(path: Path) -> str:
@@ -91,6 +93,30 @@ def private_defined(tree: ast.AST) -> set[str]:
 def test_every_module_is_at_most_500_lines():
     long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {name: n for name, n in long.items() if n > MAX_LINES} == {}
+
+
+def code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> int:
+    """Lines of ``function``'s body that hold code: no docstring, comment or blank line."""
+    body = function.body
+    has_docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    start = body[0].end_lineno + 1 if has_docstring else body[0].lineno
+    return sum(
+        1
+        for line in lines[start - 1 : function.end_lineno]
+        if line.strip() and not line.strip().startswith("#")
+    )
+
+
+def test_every_function_fits_on_one_screen():
+    long = {}
+    for name, tree in TREES.items():
+        lines = MODULES[name].read_text().splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = code_lines(node, lines)
+                if count > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}:{node.lineno}"] = count
+    assert long == {}
 
 
 def test_no_private_name_is_imported_from_another_module():

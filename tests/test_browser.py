@@ -8,7 +8,7 @@ The cells after it are not run: an executing cell holds back the widgets' messag
 one waits for the run to end.
 
 Then, while the run goes, each test checks one thing a learner does with the panel, in this order:
-move the actors slider (the run applies it: an event in its metrics, and the charts go on
+move the workers slider (the run applies it: an event in its metrics, and the charts go on
 drawing), press Stop (the run stops at an iteration boundary, keeps its checkpoint and ends its
 workers), and shut the kernel and JupyterLab down (no process of the session remains).
 
@@ -113,8 +113,8 @@ def test_chromium_is_installed() -> None:
     import playwright.sync_api  # noqa: F401  (the test extra: pip install -e '.[test]')
 
 
-def test_actors_slider_changes_the_running_run(session: Session) -> None:
-    """One step right on the actors slider: the run applies it at an iteration boundary (a
+def test_workers_slider_changes_the_running_run(session: Session) -> None:
+    """One step right on the workers slider: the run applies it at an iteration boundary (a
     settings event in its metrics.jsonl), resizes its sampler, and the charts go on drawing, with
     the change marked."""
     page = session.page
@@ -124,13 +124,13 @@ def test_actors_slider_changes_the_running_run(session: Session) -> None:
         APPLY_WITHIN,
     )
     session.require_running("the slider moved")
-    readout = page.page.locator(".workbench-actors .widget-readout").first
+    readout = page.page.locator(".workbench-workers .widget-readout").first
     before = int(readout.inner_text())
-    handle = page.page.locator(".workbench-actors .noUi-handle").first
+    handle = page.page.locator(".workbench-workers .noUi-handle").first
     handle.focus()
     handle.press("ArrowRight")
     page.wait_for(
-        f"the actors readout to show {before + 1}",
+        f"the workers readout to show {before + 1}",
         lambda: readout.inner_text().strip() == str(before + 1),
         20,
     )
@@ -142,16 +142,16 @@ def test_actors_slider_changes_the_running_run(session: Session) -> None:
         for row in rows:
             if row.get("event") == "settings_refused":
                 page.fail(f"the run refused the change: {row}")
-            if row.get("event") == "settings" and row["new"].get("num_actors") == before + 1:
+            if row.get("event") == "settings" and row["new"].get("num_workers") == before + 1:
                 return row
         return None
 
     event = page.wait_for(
-        f"a settings event with num_actors={before + 1} in {run_dir / 'metrics.jsonl'}",
+        f"a settings event with num_workers={before + 1} in {run_dir / 'metrics.jsonl'}",
         applied,
         APPLY_WITHIN,
     )
-    assert event["old"]["num_actors"] == before, event
+    assert event["old"]["num_workers"] == before, event
     # The sampler was resized: the kernel now has one worker more.
     page.wait_for(
         f"{before + 1} worker processes",

@@ -41,7 +41,7 @@ STEPS = 64  # env steps per iteration of small_run
 def small_run(tmp_path, **config) -> Run:
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2))
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
+    settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2)
     config = RunConfig(runs_dir=str(tmp_path), name="small", **config)
     return Run("CartPole-v1", algo, config=config, settings=settings)
 

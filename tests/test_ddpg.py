@@ -6,12 +6,13 @@ learns Pendulum-v1 in a ``ReplayAgent``."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from workbench.learners import DDPG, DDPGConfig, ReplayAgent
+from workbench.learners import DDPG, DDPG_REPLAY, DDPGConfig, ReplayAgent
 from workbench.models import ContinuousQ, DeterministicPolicy
 from workbench.rollout import Rollout
 
@@ -24,7 +25,7 @@ def make_agent(config: DDPGConfig | None = None, *, obs_dim: int = 3, seed: int 
     torch.manual_seed(seed)
     policy = DeterministicPolicy(obs_dim, LOW, HIGH, hidden=(32, 32))
     critic = ContinuousQ(obs_dim, len(LOW), hidden=(32, 32))
-    return DDPG(policy, critic, config or DDPGConfig(batch_size=16, replay_capacity=64))
+    return DDPG(policy, critic, config or DDPGConfig(batch_size=16))
 
 
 def batch_of(size: int = 64, *, discount: float = 0.9, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -161,7 +162,7 @@ def test_update_keeps_the_td_errors_from_before_its_step():
 
 
 def test_with_zero_discounts_the_critic_regresses_to_the_returns():
-    agent = make_agent(DDPGConfig(critic_learning_rate=3e-3, batch_size=64, replay_capacity=64))
+    agent = make_agent(DDPGConfig(critic_learning_rate=3e-3, batch_size=64))
     batch = batch_of(64, discount=0.0)
     for _ in range(500):
         agent.update(batch)
@@ -179,7 +180,7 @@ def test_zero_importance_weights_leave_the_critic_unchanged():
 
 def test_the_actor_step_climbs_the_critic():
     """Silver et al. 2014, Eq. 6: after the step, mu(s) is worth more under the (updated) critic."""
-    agent = make_agent(DDPGConfig(actor_learning_rate=1e-3, batch_size=64, replay_capacity=64))
+    agent = make_agent(DDPGConfig(actor_learning_rate=1e-3, batch_size=64))
     batch = batch_of(64)
     old_policy = copy.deepcopy(agent.policy)
     agent.update(batch)
@@ -190,7 +191,7 @@ def test_the_actor_step_climbs_the_critic():
 
 
 def test_targets_move_by_tau_every_step():
-    agent = make_agent(DDPGConfig(tau=0.1, batch_size=16, replay_capacity=64))
+    agent = make_agent(DDPGConfig(tau=0.1, batch_size=16))
     perturb(agent.target_critic, 1)
     old_target = copy.deepcopy(agent.target_critic.state_dict())
     agent.update(batch_of(16))
@@ -200,9 +201,7 @@ def test_targets_move_by_tau_every_step():
 
 
 def test_with_tau_one_the_targets_are_copied_at_the_interval():
-    agent = make_agent(
-        DDPGConfig(tau=1.0, target_update_interval=3, batch_size=16, replay_capacity=64)
-    )
+    agent = make_agent(DDPGConfig(tau=1.0, target_update_interval=3, batch_size=16))
     initial = copy.deepcopy(agent.target_policy.state_dict())
     for step in range(1, 4):
         agent.update(batch_of(16, seed=step))
@@ -227,9 +226,6 @@ def test_a_batch_without_the_transition_keys_names_them():
     [
         ({"tau": 0.0}, "tau must be in"),
         ({"n_step": 0}, "n_step must be a positive integer"),
-        ({"batch_size": 512, "replay_capacity": 256}, "at least one batch"),
-        ({"replay_ratio": 0.0}, "replay_ratio must be positive"),
-        ({"noise_scale": -0.1}, "noise_scale must be >= 0"),
         ({"target_update_interval": 0}, "target_update_interval must be a positive int"),
         ({"critic_learning_rate": 0.0}, "critic_learning_rate must be positive"),
     ],
@@ -239,11 +235,29 @@ def test_config_errors_name_the_fix(options, fix):
         DDPGConfig(**options)
 
 
+@pytest.mark.parametrize(
+    "options, fix",
+    [
+        ({"replay_capacity": 8}, "at least one batch"),  # make_agent's batch is 16
+        ({"replay_ratio": 0.0}, "replay_ratio must be positive"),
+        ({"exploration_start": -0.1}, "exploration_start must be >= 0"),
+    ],
+)
+def test_loop_config_errors_name_the_fix(options, fix):
+    with pytest.raises(ValueError, match=fix):
+        ReplayAgent(make_agent(), replace(DDPG_REPLAY, **options))
+
+
+def test_the_loop_sets_the_acting_policy_s_noise_scale():
+    agent = ReplayAgent(make_agent(), replace(DDPG_REPLAY, exploration_start=0.3))
+    assert agent.model.noise_scale.item() == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="noise scale must be >= 0"):
+        agent.learner.set_exploration(-1.0)
+
+
 def test_set_progress_anneals_beta_to_one():
-    config = DDPGConfig(
-        prioritized=True, priority_beta_start=0.4, batch_size=16, replay_capacity=64
-    )
-    agent = ReplayAgent(make_agent(config), seed=0)
+    replay = replace(DDPG_REPLAY, prioritized=True, priority_beta_start=0.4, replay_capacity=64)
+    agent = ReplayAgent(make_agent(), replay, seed=0)
     assert agent.replay.beta == pytest.approx(0.4)
     agent.set_progress(0.5)
     assert agent.replay.beta == pytest.approx(0.7)
@@ -277,10 +291,9 @@ def test_state_dict_round_trip_restores_networks_optimizers_and_counters():
 
 
 def test_update_adds_nstep_transitions_and_takes_the_owed_steps():
-    config = DDPGConfig(
-        n_step=3, batch_size=16, replay_ratio=8.0, learning_starts=32, replay_capacity=256
-    )
-    agent = ReplayAgent(make_agent(config), seed=0)
+    config = DDPGConfig(n_step=3, batch_size=16)
+    replay = replace(DDPG_REPLAY, replay_ratio=8.0, learning_starts=32, replay_capacity=256)
+    agent = ReplayAgent(make_agent(config), replay, seed=0)
     T, B = 8, 4
     generator = torch.Generator().manual_seed(0)
 
@@ -318,8 +331,9 @@ def test_ddpg_learns_pendulum(seed):
         obs_dim, space = sampler.observation_space.shape[0], sampler.action_space
         policy = DeterministicPolicy(obs_dim, space.low, space.high, hidden=(128, 128))
         critic = ContinuousQ(obs_dim, space.shape[0], hidden=(128, 128))
-        config = DDPGConfig(batch_size=128, replay_ratio=64.0)
-        agent = ReplayAgent(DDPG(policy, critic, config), seed=seed)
+        config = DDPGConfig(batch_size=128)
+        replay = replace(DDPG_REPLAY, replay_ratio=64.0)
+        agent = ReplayAgent(DDPG(policy, critic, config), replay, seed=seed)
         returns: list[float] = []
         while agent.env_steps < 20_000:
             rollout = sampler.collect(agent.model)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from workbench.kernels import linear_schedule
-from workbench.learners import DQN, DQNConfig, ReplayAgent
+from workbench.learners import DQN, DQNConfig, ReplayAgent, ReplayAgentConfig
 from workbench.models import QNetwork
 from workbench.replay import FrameStorage, NStepTransitions, PrioritizedReplay, UniformReplay
 from workbench.rollout import Rollout
@@ -126,7 +126,7 @@ def batch_of(q_network: QNetwork, size: int = 64, *, discount: float = 0.0, seed
 def test_with_zero_discounts_q_regresses_to_the_returns():
     torch.manual_seed(0)
     q_network = QNetwork((4,), 2, dueling=True)
-    agent = DQN(q_network, DQNConfig(learning_rate=3e-3, batch_size=64, replay_capacity=64))
+    agent = DQN(q_network, DQNConfig(learning_rate=3e-3, batch_size=64))
     batch = batch_of(q_network)
     for _ in range(600):
         agent.update(batch)
@@ -271,10 +271,9 @@ def test_replay_agent_holds_the_replay_ratio_as_the_old_loop_did(prioritized):
     batch_size)``, the fraction carried from rollout to rollout; the rollout that crosses
     ``learning_starts`` counts whole (the rule of the DQN loop before ``ReplayAgent``)."""
     torch.manual_seed(0)
-    config = DQNConfig(
-        n_step=1, batch_size=32, replay_ratio=8.0, learning_starts=40, prioritized=prioritized
-    )
-    agent = ReplayAgent(DQN(QNetwork((1,), 2), config), seed=0)
+    config = DQNConfig(n_step=1, batch_size=32)
+    replay = ReplayAgentConfig(replay_ratio=8.0, learning_starts=40, prioritized=prioritized)
+    agent = ReplayAgent(DQN(QNetwork((1,), 2), config), replay, seed=0)
     assert isinstance(agent.replay, PrioritizedReplay if prioritized else UniformReplay)
     generator = torch.Generator().manual_seed(0)
     steps = []
@@ -287,6 +286,26 @@ def test_replay_agent_holds_the_replay_ratio_as_the_old_loop_did(prioritized):
     assert steps == [math.floor(max(0, 15 * (k - 2)) * 8.0 / 32) for k in range(1, 9)]
     assert agent.env_steps == 120 and len(agent.replay) == 120
     assert agent.limiter.sampled == 22 * 32 and agent.limiter.counted == 90
+
+
+def test_the_loop_anneals_the_acting_epsilon_and_a_checkpoint_keeps_where_it_was():
+    """Mnih et al. 2015's schedule: epsilon falls linearly from start to end over the first
+    ``exploration_fraction`` of the run, then stays; the learner's own config has no epsilon."""
+    schedule = ReplayAgentConfig(
+        exploration_start=1.0, exploration_end=0.1, exploration_fraction=0.5
+    )
+    agent = ReplayAgent(DQN(QNetwork((4,), 2), DQNConfig()), schedule)
+    epsilon = lambda: agent.model.epsilon.item()  # noqa: E731
+    assert epsilon() == pytest.approx(1.0)
+    agent.set_progress(0.25)
+    assert epsilon() == pytest.approx(0.55)
+    saved = agent.state_dict()
+    agent.set_progress(0.75)
+    assert epsilon() == pytest.approx(0.1)
+    again = ReplayAgent(DQN(QNetwork((4,), 2), DQNConfig()), schedule)
+    again.load_state_dict(saved)
+    assert again.model.epsilon.item() == pytest.approx(0.55)
+    assert not hasattr(DQNConfig(), "epsilon_start")
 
 
 def frame_rollout(T: int, B: int, t0: int, generator: torch.Generator) -> Rollout:
@@ -315,17 +334,12 @@ def test_replay_agent_with_frame_streams_learns_from_windows_rebuilt_from_frames
     """``frame_streams``: each frame stored once (``FrameStorage``, rlpyt's frame buffer); what the
     learner samples is the n-step transition (Hessel et al. 2018, Eq. 2) of the step it names."""
     torch.manual_seed(0)
-    config = DQNConfig(
-        n_step=3,
-        gamma=0.9,
-        batch_size=16,
-        replay_ratio=8.0,
-        learning_starts=20,
-        replay_capacity=101,
-        prioritized=prioritized,
+    config = DQNConfig(n_step=3, gamma=0.9, batch_size=16)
+    replay = ReplayAgentConfig(
+        replay_ratio=8.0, learning_starts=20, replay_capacity=101, prioritized=prioritized
     )
     network = QNetwork((4, 42, 42), 3, trunk="cnn-universe")
-    agent = ReplayAgent(DQN(network, config), seed=0, frame_streams=2)
+    agent = ReplayAgent(DQN(network, config), replay, seed=0, frame_streams=2)
     assert isinstance(agent.replay.storage, FrameStorage) and agent.replay.capacity == 100
     generator = torch.Generator().manual_seed(0)
     rollouts = [frame_rollout(10, 2, 10 * i, generator) for i in range(4)]

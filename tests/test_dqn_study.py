@@ -1,5 +1,5 @@
 """Specifications for notebook 05's experiments: the DQN family as one-line changes to plain DQN
-(``runs.recipes.DQN_VARIANTS``, ``runs.recipes.dqn_variant``),
+(``runs.dqn_family.DQN_VARIANTS``, ``runs.dqn_family.dqn_variant``),
 ``studies.dqn_studies.dqn_variants_study`` and the large-batch
 ``studies.dqn_studies.dqn_batch_study`` (learning rate scaled, replay ratio held)."""
 
@@ -10,20 +10,22 @@ import math
 
 import pytest
 
-from workbench.learners import DQNConfig
-from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, MODEL_OPTIONS, RECIPES, dqn_variant
+from workbench.learners import DQNConfig, ReplayAgentConfig
+from workbench.runs.dqn_family import DQN_BASE, DQN_VARIANTS, MODEL_OPTIONS, dqn_variant
+from workbench.runs.recipes import RECIPES
 from workbench.studies import dqn_studies
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def differences(recipe) -> dict:
-    """What ``recipe`` changes in ``DQN_BASE``: config fields and model options, by name."""
-    changed = {
-        f.name: getattr(recipe.config, f.name)
-        for f in dataclasses.fields(DQNConfig)
-        if getattr(recipe.config, f.name) != getattr(DQN_BASE.config, f.name)
-    }
+    """What ``recipe`` changes in ``DQN_BASE``: learner and replay fields and model options."""
+    changed = {}
+    for part, kind in (("config", DQNConfig), ("replay", ReplayAgentConfig)):
+        mine, base = getattr(recipe, part), getattr(DQN_BASE, part)
+        for f in dataclasses.fields(kind):
+            if getattr(mine, f.name) != getattr(base, f.name):
+                changed[f.name] = getattr(mine, f.name)
     base_model, model = dict(DQN_BASE.model_options), dict(recipe.model_options)
     changed.update({key: value for key, value in model.items() if base_model.get(key) != value})
     return changed
@@ -31,7 +33,7 @@ def differences(recipe) -> dict:
 
 def test_the_base_is_plain_dqn():
     c = DQN_BASE.config
-    assert (c.n_step, c.double, c.prioritized) == (1, False, False)
+    assert (c.n_step, c.double, DQN_BASE.replay.prioritized) == (1, False, False)
     model = DQN_BASE.make_model((4,), 2)
     assert not model.dueling and model.num_atoms == 1
     # the sizes are the dqn-cartpole recipe's: only the extensions are off
@@ -62,14 +64,15 @@ def test_the_single_extensions_are_one_change_each_and_the_last_is_all_of_them()
     assert model.dueling and model.num_atoms == 51 and model.support[-1] == 100.0
 
 
-def test_model_options_go_to_the_network_and_the_rest_to_the_config():
-    recipe = dqn_variant(dueling=True, learning_rate=5e-4)
+def test_model_options_go_to_the_network_replay_fields_to_the_replay_and_the_rest_to_the_config():
+    recipe = dqn_variant(dueling=True, learning_rate=5e-4, prioritized=True)
     assert dict(recipe.model_options)["dueling"] is True and recipe.config.learning_rate == 5e-4
+    assert recipe.replay.prioritized and not DQN_BASE.replay.prioritized
     assert "dueling" in MODEL_OPTIONS and "learning_rate" not in MODEL_OPTIONS
 
 
 def test_an_unknown_change_names_the_valid_ones():
-    with pytest.raises(ValueError, match="neither DQNConfig fields nor QNetwork options"):
+    with pytest.raises(ValueError, match="neither DQNConfig nor ReplayAgentConfig fields nor"):
         dqn_variant(duelling=True)
     with pytest.raises(ValueError, match="DQN recipe"):
         dqn_variant(RECIPES["ppo-cartpole"], double=True)
@@ -109,12 +112,12 @@ def test_the_batch_study_scales_the_learning_rate_and_holds_the_replay_ratio(tmp
         assert result.learning_rate == pytest.approx(
             base.learning_rate * (math.sqrt(k) if rule == "sqrt" else k)
         )
-        assert result.replay_ratio == base.replay_ratio
+        assert result.replay_ratio == recipe.replay.replay_ratio
         assert result.target_update_interval == round(base.target_update_interval / k)
         # learning starts with the collect that reaches step 256: 1,024 - 224 steps owe updates
         assert result.trained_env_steps == 1_024 - 224
         assert result.updates == math.floor(
-            result.trained_env_steps * base.replay_ratio / result.batch_size
+            result.trained_env_steps * recipe.replay.replay_ratio / result.batch_size
         )
         assert abs(result.updates - result.expected_updates) < 1
         assert result.learn_seconds > 0 and result.samples_per_second == pytest.approx(

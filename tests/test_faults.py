@@ -23,7 +23,7 @@ from workbench.seed import SEED_RECIPES, Seed
 
 ONE_ACTOR_CARTPOLE = ApexConfig(  # a small Ape-X: one actor, learning after 200 transitions
     env_id="CartPole-v1",
-    agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+    learner=DQNConfig(batch_size=32),
     model_options=dict(hidden=(32, 32)),
     num_actors=1,
     learning_starts=200,
@@ -54,7 +54,7 @@ def test_a_nan_loss_stops_a_run_at_its_update_and_keeps_the_batch_and_the_last_g
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2))
     poison(algo, at_update=3)
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
+    settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2)
     config = RunConfig(runs_dir=str(tmp_path), name="nan", checkpoint_every=1, total_steps=10**6)
     run = Run("CartPole-v1", algo, config=config, settings=settings)
     with pytest.raises(NonFiniteLoss, match=r"at update 3 \(iteration 3\).*nonfinite_batch\.pt"):

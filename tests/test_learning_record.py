@@ -86,21 +86,23 @@ def test_set_changes_nested_settings_of_a_recipe_in_their_own_types():
     from workbench.apex import APEX_RECIPES
 
     recipe = APEX_RECIPES["apex-dqn-pong-fast"]
-    registered = recipe.config.agent.learning_rate
+    registered = recipe.config.learner.learning_rate
     settings = [
-        learning.parse_setting("config.agent.learning_rate=3e-4"),
+        learning.parse_setting("config.learner.learning_rate=3e-4"),
         learning.parse_setting("config.min_replay_ratio=2"),
-        learning.parse_setting("config.agent.batch_size=32.0"),
+        learning.parse_setting("config.learner.batch_size=32.0"),
     ]
     probe = learning.with_settings(recipe, settings)
-    assert probe.config.agent.learning_rate == 3e-4 != registered
+    assert probe.config.learner.learning_rate == 3e-4 != registered
     assert probe.config.min_replay_ratio == 2.0 and isinstance(probe.config.min_replay_ratio, float)
-    assert probe.config.agent.batch_size == 32 and isinstance(probe.config.agent.batch_size, int)
-    assert recipe.config.agent.learning_rate == registered  # the registered recipe is unchanged
+    assert probe.config.learner.batch_size == 32 and isinstance(
+        probe.config.learner.batch_size, int
+    )
+    assert recipe.config.learner.learning_rate == registered  # the registered recipe is unchanged
 
 
 def test_set_refuses_an_unknown_setting_and_names_the_ones_there_are(tmp_path, capsys):
-    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.agent.lr=3e-4"]
+    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.learner.lr=3e-4"]
     with pytest.raises(SystemExit):
         learning.parse_args([*args, "--out", str(tmp_path / "probe.json")])
     error = capsys.readouterr().err
@@ -108,7 +110,7 @@ def test_set_refuses_an_unknown_setting_and_names_the_ones_there_are(tmp_path, c
 
 
 def test_set_refuses_a_fraction_for_an_integer_setting(tmp_path, capsys):
-    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.agent.batch_size=2.5"]
+    args = ["--recipes", "apex-dqn-pong-fast", "--set", "config.learner.batch_size=2.5"]
     with pytest.raises(SystemExit):
         learning.parse_args([*args, "--out", str(tmp_path / "probe.json")])
     assert "batch_size=2.5" in capsys.readouterr().err

@@ -91,12 +91,12 @@ def test_ppo_trains_each_env_step_once_an_epoch_on_minibatches_of_its_rollout():
 
 
 def test_a_double_dqn_trains_its_batch_and_its_replay_ratio_at_five_thirds_of_a_pass_a_sample():
-    config = DQNConfig(batch_size=64, replay_ratio=8.0, double=True)
-    minibatch, passes = learner_work(config, num_envs=16, horizon=8)
+    config = DQNConfig(batch_size=64, double=True)
+    minibatch, passes = learner_work(config, num_envs=16, horizon=8, replay_ratio=8.0)
     assert minibatch == 64  # the replay's batch, not the rollout's
     assert passes == pytest.approx(8.0 * DOUBLE_DQN_PASSES) == pytest.approx(40 / 3)
     single = dataclasses.replace(config, double=False)
-    assert learner_work(single, 16, 8)[1] == pytest.approx(8.0 * 4 / 3)
+    assert learner_work(single, 16, 8, replay_ratio=8.0)[1] == pytest.approx(8.0 * 4 / 3)
 
 
 def test_on_an_avx2_only_cpu_the_pong_recipe_learns_float32_channels_last_compiled_on_two_threads(

@@ -54,27 +54,27 @@ def test_apex_writes_every_stream_of_its_frame_replay():
 
 
 def test_single_process_dqn_learns_as_apex_does_but_with_one_annealed_epsilon():
-    shared = (
-        "n_step double batch_size learning_rate adam_eps target_update_interval max_grad_norm "
-        "prioritized replay_capacity"
-    ).split()
-    for name in shared:
-        assert getattr(DQN_PONG.config, name) == getattr(APEX.config.agent, name), name
-    assert DQN_PONG.config.replay_ratio == APEX.config.max_replay_ratio == 4.0
-    assert DQN_PONG.config.learning_starts == APEX.config.learning_starts
+    learner = "n_step double batch_size learning_rate adam_eps target_update_interval max_grad_norm"
+    for name in learner.split():  # the same learner ...
+        assert getattr(DQN_PONG.config, name) == getattr(APEX.config.learner, name), name
+    replay = DQN_PONG.replay  # ... and the same replay, held in one process
+    assert replay.prioritized and replay.replay_capacity == APEX.config.replay_capacity
+    assert replay.priority_alpha != APEX.config.priority_alpha  # Rainbow's 0.5, Ape-X's 0.6
+    assert replay.replay_ratio == APEX.config.max_replay_ratio == 4.0
+    assert replay.learning_starts == APEX.config.learning_starts
     assert dict(DQN_PONG.model_options) == APEX.config.model_options
     assert dict(DQN_PONG.env_options) == APEX.config.env_options
     assert DQN_PONG.num_envs == APEX.describe()["num_envs"] == 16
     # Mnih et al. 2015's schedule, 1 -> 0.01 over the first 10% of the budget
-    config = DQN_PONG.config
-    assert (config.epsilon_start, config.epsilon_end, config.exploration_fraction) == (1, 0.01, 0.1)
+    schedule = (replay.exploration_start, replay.exploration_end, replay.exploration_fraction)
+    assert schedule == (1, 0.01, 0.1)
 
 
 def test_single_process_dqn_stores_each_frame_once_in_a_stream_per_env():
     agent = dataclasses.replace(DQN_PONG, measure_precision=False).make_learner(0)
     storage = agent.replay.storage
     assert isinstance(storage, FrameStorage) and storage.num_envs == DQN_PONG.num_envs
-    assert agent.replay.capacity == DQN_PONG.config.replay_capacity  # 400k: a multiple of 16
+    assert agent.replay.capacity == DQN_PONG.replay.replay_capacity  # 400k: a multiple of 16
 
 
 def test_seed_learns_each_unroll_four_times_in_steps_of_ppos_minibatch_size():
@@ -134,8 +134,8 @@ def test_apex_measures_its_learners_network_at_its_batch_and_runs_with_the_choic
     monkeypatch.setattr(apex_recipes, "with_measured_precision", measured_as_bfloat16(calls))
     run = APEX.make_run(0, runs_dir=str(tmp_path))
     assert calls == [("QNetwork", (4, 42, 42), 64, True)]
-    assert (run.config.agent.autocast, run.config.agent.channels_last) == ("bfloat16", True)
-    assert APEX.config.agent.autocast is None  # the recipe itself is left alone
+    assert (run.config.learner.autocast, run.config.learner.channels_last) == ("bfloat16", True)
+    assert APEX.config.learner.autocast is None  # the recipe itself is left alone
 
 
 def test_seed_measures_its_learners_network_at_its_batch_and_runs_with_the_choice(
@@ -178,7 +178,7 @@ def test_a_recipe_that_cannot_measure_its_learner_says_so():
     with pytest.raises(ValueError, match="measure_precision=False"):
         ApexRecipe(
             "dpg",
-            ApexConfig(env_id="Pendulum-v1", algo="ddpg"),
+            ApexConfig(env_id="Pendulum-v1", algorithm="ddpg"),
             -200.0,
             1000,
             measure_precision=True,

@@ -21,7 +21,7 @@ def tiny_run(tmp_path, name: str, iterations: int = 3) -> Run:
     return Run(
         "CartPole-v1",
         PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2)),
-        settings=RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2),
+        settings=RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2),
         config=RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path), name=name),
     )
 
@@ -84,7 +84,7 @@ from workbench.learners import PPO, PPOConfig
 from workbench.models import ActorCritic
 from workbench.runs import Run, RunConfig, RunSettings
 run = Run("CartPole-v1", PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=1)),
-          settings=RunSettings(num_actors=1, num_envs=2, horizon=4, num_minibatches=1),
+          settings=RunSettings(num_workers=1, num_envs=2, horizon=4, num_minibatches=1),
           config=RunConfig(runs_dir={str(tmp_path)!r}, name="in-kernel"))
 run.run(seconds={seconds})
 print("updates", run.updates)

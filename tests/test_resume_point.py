@@ -1,5 +1,6 @@
 """Where a continued run writes (``runs.records.resume_point``): beside its own run, or, for a
-checkpoint kept apart from its run (``data/seed_vtrace_pong_fast_climb.pt``), in the runs folder."""
+checkpoint kept apart from its run (``data/seed_vtrace_pong_fast_climb.pt``), in the runs folder;
+and the config a checkpoint saved, read back under today's field names."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.runs.records import resume_point
+from workbench.apex import APEX_RECIPES
+from workbench.runs.records import config_from_dict, config_to_dict, resume_point
 
 
 def saved_checkpoint(path):
@@ -53,3 +55,14 @@ def test_with_a_seed_a_continuation_of_its_own_takes_that_seed_and_a_fresh_name(
     checkpoint = saved_checkpoint(tmp_path / "data" / "climb.pt")
     point = resume_point(checkpoint, config=Config(seed=0), seed=2)
     assert (point.name, point.config.seed) == (None, 2)
+
+
+def test_a_config_saved_under_earlier_field_names_is_read_under_today_s():
+    """An Ape-X checkpoint from before its learner's settings were ``learner`` (``agent``) and
+    its algorithm ``algorithm`` (``algo``), with the replay fields its DQNConfig held then: the
+    config it describes, the fields that moved elsewhere left out."""
+    config = APEX_RECIPES["apex-dqn-pong-fast"].config
+    saved = config_to_dict(config)
+    saved["agent"], saved["algo"] = saved.pop("learner"), saved.pop("algorithm")
+    saved["agent"].update(replay_capacity=400_000, prioritized=True, epsilon_end=0.01)
+    assert config_from_dict(saved) == config

@@ -74,7 +74,7 @@ def make_algo(seed: int = 0, **config) -> PPO:
 def small_settings(**values) -> RunSettings:
     """B=4 envs x T=16 steps, 2 minibatches of 32."""
     return RunSettings(
-        **{"num_actors": 1, "num_envs": 4, "horizon": 16, "num_minibatches": 2, **values}
+        **{"num_workers": 1, "num_envs": 4, "horizon": 16, "num_minibatches": 2, **values}
     )
 
 
@@ -283,7 +283,7 @@ def test_stop_from_another_thread_ends_cleanly_and_the_workers_are_gone(tmp_path
         tmp_path,
         iterations=100_000,
         sampler="batched",
-        settings=small_settings(num_actors=2),
+        settings=small_settings(num_workers=2),
         sampler_options={"device": "cpu"},
     )
     run.start()
@@ -431,7 +431,7 @@ from workbench.models import ActorCritic
 from workbench.runs import Run, RunConfig, RunSettings
 
 config = RunConfig(total_steps=10**9, runs_dir=sys.argv[1], name="exit")
-settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=4)
+settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=4)
 run = Run("CartPole-v1", PPO(ActorCritic((4,), 2)), config=config, settings=settings)
 run.start()
 while run.iteration < 3:
@@ -465,7 +465,7 @@ def test_a_killed_sampler_worker_is_restarted_and_the_run_records_it(tmp_path, s
         tmp_path,
         iterations=5,
         sampler=sampler,
-        settings=small_settings(num_actors=2),
+        settings=small_settings(num_workers=2),
         sampler_options={"device": "cpu"} if sampler == "batched" else None,
     )
     killed = []
@@ -495,7 +495,7 @@ def test_a_killed_sampler_worker_is_restarted_and_the_run_records_it(tmp_path, s
 
 
 def test_a_run_left_to_its_learner_takes_the_learners_minibatch_count(tmp_path):
-    run = make_run(tmp_path, settings=RunSettings(num_actors=1, num_envs=4, horizon=16))
+    run = make_run(tmp_path, settings=RunSettings(num_workers=1, num_envs=4, horizon=16))
     assert run.settings.applied.num_minibatches == 2  # make_algo's PPOConfig(num_minibatches=2)
     assert run.settings.applied.minibatch_size == 32
 
@@ -507,7 +507,7 @@ def test_the_runs_minibatch_count_is_the_one_its_learner_uses(tmp_path):
 
 def test_a_learner_count_that_does_not_divide_the_batch_is_refused_naming_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"divisor of 45.*RunSettings\(num_minibatches=\.\.\.\)"):
-        make_run(tmp_path, settings=RunSettings(num_actors=1, num_envs=3, horizon=15))
+        make_run(tmp_path, settings=RunSettings(num_workers=1, num_envs=3, horizon=15))
 
 
 def test_a_settings_change_applies_at_the_next_iteration_and_is_recorded(tmp_path):
@@ -550,7 +550,7 @@ def test_an_invalid_settings_update_raises_and_the_run_goes_on_unchanged(tmp_pat
             for values in (
                 {"num_envs": 0},
                 {"num_minibatches": 3},
-                {"num_actors": 5},
+                {"num_workers": 5},
                 {"actors": 2},
             ):
                 try:
@@ -718,7 +718,7 @@ def test_ppo_through_run_solves_cartpole(tmp_path):
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), replace(recipe.config), seed=0)
     settings = RunSettings(
-        num_actors=1,
+        num_workers=1,
         num_envs=recipe.num_envs,
         horizon=recipe.horizon,
         num_minibatches=1,

@@ -41,7 +41,7 @@ VTRACE_ON_RAY = replace(VTRACE.config, transport="ray", num_actors=2, envs_per_a
 APEX_ON_RAY = ApexConfig(
     env_id="CartPole-v1",
     transport="ray",
-    agent=DQNConfig(batch_size=32, replay_capacity=20_000),
+    learner=DQNConfig(batch_size=32),
     model_options=dict(hidden=(32, 32)),
     num_actors=2,
     learning_starts=200,

@@ -20,11 +20,11 @@ def test_no_change_means_nothing_to_apply():
 
 
 def test_a_change_is_applied_once_and_records_old_and_new_values():
-    settings = RunSettings(num_actors=2, num_envs=8)
-    settings.update(num_actors=4)
+    settings = RunSettings(num_workers=2, num_envs=8)
+    settings.update(num_workers=4)
     new, change = settings.take_changes(iteration=7)
-    assert new.num_actors == 4 and settings.applied.num_actors == 4
-    assert (change.iteration, change.old, change.new) == (7, {"num_actors": 2}, {"num_actors": 4})
+    assert new.num_workers == 4 and settings.applied.num_workers == 4
+    assert (change.iteration, change.old, change.new) == (7, {"num_workers": 2}, {"num_workers": 4})
     assert settings.take_changes(iteration=8) is None
 
 
@@ -40,11 +40,26 @@ def test_an_invalid_update_raises_and_changes_nothing():
     settings = RunSettings(num_envs=8, horizon=128, num_minibatches=4)
     with pytest.raises(ValueError, match="divisor of 1024"):
         settings.update(num_minibatches=3)
-    with pytest.raises(ValueError, match="num_actors <= 8"):
-        settings.update(num_actors=9)
+    with pytest.raises(ValueError, match="num_workers <= 8"):
+        settings.update(num_workers=9)
     with pytest.raises(ValueError, match="Unknown setting"):
         settings.update(actors=3)
     assert settings.current == Settings(num_envs=8, horizon=128, num_minibatches=4)
+
+
+def test_a_setting_named_otherwise_before_is_refused_with_its_name_now():
+    with pytest.raises(ValueError, match="num_actors is num_workers now"):
+        RunSettings(num_actors=2)
+    with pytest.raises(ValueError, match="num_actors is num_workers now"):
+        RunSettings().update(num_actors=2)
+
+
+def test_settings_saved_under_earlier_names_are_read_as_today_s():
+    """A checkpoint from before the workers' rename and the minibatch count."""
+    saved = {"num_actors": 2, "num_envs": 8, "horizon": 16, "minibatch_size": 32}
+    saved["learner_devices"] = ["cpu"]
+    settings = Settings.from_saved(saved)
+    assert settings == Settings(num_workers=2, num_envs=8, horizon=16, num_minibatches=4)
 
 
 def test_the_minibatch_size_follows_from_the_batch_and_the_minibatch_count():
@@ -101,18 +116,18 @@ def test_learner_devices_must_be_distinct():
 
 
 def test_updates_from_many_threads_leave_a_consistent_value():
-    settings = RunSettings(num_envs=64, num_actors=1, horizon=16, num_minibatches=64)
+    settings = RunSettings(num_envs=64, num_workers=1, horizon=16, num_minibatches=64)
 
     def writer(value: int) -> None:
         for _ in range(200):
-            settings.update(num_actors=value)
+            settings.update(num_workers=value)
 
     threads = [threading.Thread(target=writer, args=(v,)) for v in (2, 4, 8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert settings.current.num_actors in (2, 4, 8)
+    assert settings.current.num_workers in (2, 4, 8)
     new, _ = settings.take_changes(iteration=0)
     assert new == settings.applied == settings.current
 

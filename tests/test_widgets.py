@@ -28,7 +28,7 @@ def make_run(
 ) -> Run:
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
+    settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2)
     return Run(
         "CartPole-v1",
         algo,
@@ -43,29 +43,29 @@ def settings_events(run: Run) -> list[dict]:
     return [row for row in load_metrics(run.metrics_path)[1] if row.get("event") == "settings"]
 
 
-def test_moving_the_actors_slider_resizes_the_sampler_at_the_next_boundary(tmp_path):
+def test_moving_the_workers_slider_resizes_the_sampler_at_the_next_boundary(tmp_path):
     run = make_run(tmp_path, sampler="batched")
     panel = RunPanel(run)
-    panel.actors.value = 2  # before the first iteration: applied at its boundary
+    panel.workers.value = 2  # before the first iteration: applied at its boundary
     panel.start().wait(timeout=120)
     assert run.status == "finished"
     events = settings_events(run)
-    assert [event["new"] for event in events] == [{"num_actors": 2}]
-    assert events[0]["old"] == {"num_actors": 1} and events[0]["charts/iteration"] == 0
-    assert run.settings.applied.num_actors == 2
+    assert [event["new"] for event in events] == [{"num_workers": 2}]
+    assert events[0]["old"] == {"num_workers": 1} and events[0]["charts/iteration"] == 0
+    assert run.settings.applied.num_workers == 2
 
 
-def test_the_actors_slider_goes_past_the_runs_starting_count(tmp_path):
-    """A 1-actor run can be given more actors: the slider reaches 4 (the envs allow 4), and
+def test_the_workers_slider_goes_past_the_runs_starting_count(tmp_path):
+    """A 1-worker run can be given more workers: the slider reaches 4 (the envs allow 4), and
     moving it there writes the run's settings."""
     run = make_run(tmp_path, sampler="parallel")
     panel = RunPanel(run)
-    assert panel.actors.value == 1 and not panel.actors.disabled
-    assert panel.actors.max >= 4
-    panel.actors.value = 4
-    assert run.settings.current.num_actors == 4
-    assert "4 actors" in panel.message.value
-    assert panel.actors.value == 4
+    assert panel.workers.value == 1 and not panel.workers.disabled
+    assert panel.workers.max >= 4
+    panel.workers.value = 4
+    assert run.settings.current.num_workers == 4
+    assert "4 workers" in panel.message.value
+    assert panel.workers.value == 4
 
 
 def test_an_applied_change_is_marked_on_the_charts(tmp_path):
@@ -79,14 +79,14 @@ def test_an_applied_change_is_marked_on_the_charts(tmp_path):
         assert figure.layout.shapes[0].x0 == 0  # at the env step where the run applied it
 
 
-def test_fewer_envs_than_actors_is_refused_with_the_reason_and_the_control_moves_back(tmp_path):
+def test_fewer_envs_than_workers_is_refused_with_the_reason_and_the_control_moves_back(tmp_path):
     run = make_run(tmp_path, sampler="batched")
     panel = RunPanel(run)
-    panel.actors.value = 2
+    panel.workers.value = 2
     before = run.settings.current
-    panel.envs.value = 1  # two actors cannot share one env
+    panel.envs.value = 1  # two workers cannot share one env
     assert run.settings.current == before
-    assert "each actor needs at least one env" in panel.message.value
+    assert "each worker needs at least one env" in panel.message.value
     assert panel.envs.value == 4
 
 
@@ -159,7 +159,7 @@ def unnamed_run(tmp_path, iterations: int = 3) -> Run:
     """A run with a default name (``<date>_<time>_CartPole-v1``), as a notebook makes one."""
     torch.manual_seed(0)
     algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=1, num_minibatches=2), seed=0)
-    settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
+    settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2)
     config = RunConfig(total_steps=iterations * STEPS, runs_dir=str(tmp_path))
     return Run("CartPole-v1", algo, settings=settings, config=config)
 

@@ -25,7 +25,7 @@ def main() -> None:
 
     config = ApexConfig(
         env_id="CartPole-v1",
-        agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+        learner=DQNConfig(batch_size=32),
         model_options=dict(hidden=(32, 32)),
         num_actors=2,
         learning_starts=200,

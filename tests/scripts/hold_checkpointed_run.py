@@ -25,7 +25,7 @@ def make_run(kind: str, runs_dir: str):
         config = RunConfig(
             total_steps=10**9, runs_dir=runs_dir, name="killed", checkpoint_seconds=1.0
         )
-        settings = RunSettings(num_actors=1, num_envs=4, horizon=16, num_minibatches=2)
+        settings = RunSettings(num_workers=1, num_envs=4, horizon=16, num_minibatches=2)
         algo = PPO(ActorCritic((4,), 2), PPOConfig(num_epochs=2, num_minibatches=2))
         return Run("CartPole-v1", algo, config=config, settings=settings)
     if kind == "apex":
@@ -34,7 +34,7 @@ def make_run(kind: str, runs_dir: str):
 
         config = ApexConfig(
             env_id="CartPole-v1",
-            agent=DQNConfig(batch_size=32, replay_capacity=10_000),
+            learner=DQNConfig(batch_size=32),
             model_options=dict(hidden=(32, 32)),
             num_actors=1,
             learning_starts=200,

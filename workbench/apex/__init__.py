@@ -4,7 +4,7 @@ The paper's Fig. 1, one role per module:
 
 * ``config``: ``ApexConfig`` (the paper's Appendix C at one machine's scale);
 * ``algorithms``: ``APEX_ALGORITHMS``, one object per algorithm (Ape-X DQN, Ape-X DPG): its
-  learner (``make_agent``), defaults, exploration and target;
+  learner (``make_learner``), defaults, exploration and target;
 * ``exploration``: ``actor_epsilons`` (Sec. 4.1: ``epsilon_i = 0.4 ** (1 + 7 i / (N - 1))``) and
   Ape-X DPG's ``actor_noise_scales``;
 * ``actor``: ``ApexActor`` steps its own envs with its own exploration, keeps a local buffer of
@@ -21,7 +21,7 @@ slider), and an actor that dies is restarted; the replay keeps its data through 
 """
 
 from workbench.apex.actor import ApexActor
-from workbench.apex.algorithms import APEX_ALGORITHMS, apex_algorithm, make_agent
+from workbench.apex.algorithms import APEX_ALGORITHMS, apex_algorithm, make_learner
 from workbench.apex.config import ApexConfig
 from workbench.apex.exploration import actor_epsilons, actor_noise_scales
 from workbench.apex.recipes import APEX_RECIPES, ApexRecipe
@@ -42,6 +42,6 @@ __all__ = [
     "actor_epsilons",
     "apex_algorithm",
     "actor_noise_scales",
-    "make_agent",
+    "make_learner",
     "make_transport",
 ]

@@ -30,7 +30,7 @@ class ApexActor:
     def __init__(self, config: ApexConfig, index: int, exploration: float) -> None:
         torch.set_num_threads(1)
         self.config, self.index = config, index
-        self.policy = config.algorithm.make_actor(config)
+        self.policy = config.apex_algorithm.make_actor(config)
         self.exploration = float(exploration)
         seed = (
             config.seed * 10_007 + index * config.envs_per_actor
@@ -39,7 +39,7 @@ class ApexActor:
             config.env_id, config.envs_per_actor, seed=seed, **config.env_options
         )
         self.obs, _ = self.env.reset(seed=seed)
-        self.nstep = NStepTransitions(config.agent.n_step, config.agent.gamma)
+        self.nstep = NStepTransitions(config.learner.n_step, config.learner.gamma)
         self.env_steps = 0
         self.steps_since_sync = math.inf  # refresh at the first chance
         self.parameter_version = -1
@@ -112,7 +112,7 @@ class ApexActor:
         gets NaN, which the replay turns into its largest priority (Schaul et al. 2016's rule for
         data not yet seen by a network)."""
         nstep = NStepTransitions(
-            self.config.agent.n_step, self.config.agent.gamma
+            self.config.learner.n_step, self.config.learner.gamma
         )  # this block only
         transitions = nstep.add(rollout)
         priorities = np.full(tuple(rollout.rewards.shape), np.nan, dtype=np.float32)

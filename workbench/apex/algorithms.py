@@ -1,7 +1,7 @@
-"""Ape-X's algorithms, one object each, chosen once by name (``ApexConfig.algo``): Ape-X DQN
+"""Ape-X's algorithms, one object each, chosen once by name (``ApexConfig.algorithm``): Ape-X DQN
 (Horgan et al. 2018, Sec. 3.1) and Ape-X DPG (Sec. 3.2).
 
-Each says what its learner is (``make_agent``), its defaults (Appendix C), how its actors explore
+Each says what its learner is (``make_learner``), its defaults (Appendix C), how its actors explore
 (epsilons or noise scales, ``exploration``), how a run is judged (``target_metric``), and which of
 the run's levers apply to it. Nothing outside this registry asks which algorithm a run has.
 """
@@ -23,17 +23,24 @@ from workbench.models import ContinuousQ, DeterministicPolicy, QNetwork
 if TYPE_CHECKING:  # the config names its algorithm: a type-only import, no cycle at runtime
     from workbench.apex.config import ApexConfig
 
-__all__ = ["APEX_ALGORITHMS", "ApexAlgorithm", "ApexDPG", "ApexDQN", "apex_algorithm", "make_agent"]
+__all__ = [
+    "APEX_ALGORITHMS",
+    "ApexAlgorithm",
+    "ApexDPG",
+    "ApexDQN",
+    "apex_algorithm",
+    "make_learner",
+]
 
 
 class ApexAlgorithm(ABC):
     """One Ape-X algorithm: its learner, its defaults, its actors' exploration."""
 
     name: str
-    """``ApexConfig.algo``'s value for it."""
+    """``ApexConfig.algorithm``'s value for it."""
     title: str
     settings_class: type
-    """The learner's settings (``ApexConfig.agent``)."""
+    """The learner's settings (``ApexConfig.learner``)."""
     target_metric: str
     """The row key a target return applies to by default."""
     anneals: bool = False
@@ -43,14 +50,14 @@ class ApexAlgorithm(ABC):
 
     @abstractmethod
     def default_settings(self) -> Any:
-        """The learner's settings when ``ApexConfig.agent`` is None."""
+        """The learner's settings when ``ApexConfig.learner`` is None."""
 
     @abstractmethod
     def explorations(self, num_actors: int, base: float, alpha: float) -> list[float]:
         """Each actor's fixed exploration on Ape-X's ladder (actor 0 explores most)."""
 
     @abstractmethod
-    def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
+    def make_learner(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
         """The learner, sized from the env's spaces."""
 
     @abstractmethod
@@ -90,27 +97,23 @@ class ApexDQN(ApexAlgorithm):
             learning_rate=0.00025 / 4,
             target_update_interval=2_500,
             max_grad_norm=40.0,
-            prioritized=True,
-            priority_alpha=0.6,
-            priority_beta_start=0.4,
-            replay_capacity=100_000,
         )
 
     def explorations(self, num_actors: int, base: float, alpha: float) -> list[float]:
         return actor_epsilons(num_actors, base, alpha)
 
-    def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DQN:
-        return DQN(self.q_network(config), config.agent, device=device)
+    def make_learner(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DQN:
+        return DQN(self.q_network(config), config.learner, device=device)
 
     def make_actor(self, config: ApexConfig) -> QActor:
-        return QActor(self.q_network(config), config.agent)
+        return QActor(self.q_network(config), config.learner)
 
     def q_network(self, config: ApexConfig) -> QNetwork:
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         if not hasattr(action_space, "n"):
             raise ValueError(
                 f"{config.env_id} has continuous actions; Ape-X DQN needs discrete ones. "
-                "Use algo='ddpg' (Ape-X DPG)."
+                "Use algorithm='ddpg' (Ape-X DPG)."
             )
         return self.make_policy_network(config, observation_space.shape, int(action_space.n))
 
@@ -120,7 +123,7 @@ class ApexDQN(ApexAlgorithm):
     def update_factory(
         self, config: ApexConfig, network: Any, obs_shape: tuple, num_actions: int
     ) -> Any:
-        return dqn_update_factory(network, config.agent, obs_shape, num_actions)
+        return dqn_update_factory(network, config.learner, obs_shape, num_actions)
 
 
 class ApexDPG(ApexAlgorithm):
@@ -130,13 +133,13 @@ class ApexDPG(ApexAlgorithm):
     target_metric = "charts/mean_return"  # the last 20 episodes of all actors
 
     def default_settings(self) -> DDPGConfig:
-        return DDPGConfig(n_step=3, prioritized=True)
+        return DDPGConfig(n_step=3)
 
     def explorations(self, num_actors: int, base: float, alpha: float) -> list[float]:
         return actor_noise_scales(num_actors)
 
-    def make_agent(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DDPG:
-        return DDPG(*self.networks(config), config.agent, device=device)
+    def make_learner(self, config: ApexConfig, device: "str | torch.device" = "cpu") -> DDPG:
+        return DDPG(*self.networks(config), config.learner, device=device)
 
     def make_actor(self, config: ApexConfig) -> DPGActor:
         return DPGActor(*self.networks(config))
@@ -147,7 +150,7 @@ class ApexDPG(ApexAlgorithm):
         if hasattr(action_space, "n"):
             raise ValueError(
                 f"{config.env_id} has discrete actions; Ape-X DPG needs continuous ones. "
-                "Use algo='dqn'."
+                "Use algorithm='dqn'."
             )
         obs_dim = int(np.prod(observation_space.shape))
         policy = DeterministicPolicy(
@@ -164,11 +167,11 @@ def apex_algorithm(name: str) -> ApexAlgorithm:
     """The algorithm called ``name`` (``"dqn"``, ``"ddpg"``), else a ValueError naming them."""
     if name not in APEX_ALGORITHMS:
         names = " or ".join(repr(known) for known in APEX_ALGORITHMS)
-        raise ValueError(f"ApexConfig.algo must be {names}, got {name!r}")
+        raise ValueError(f"ApexConfig.algorithm must be {names}, got {name!r}")
     return APEX_ALGORITHMS[name]
 
 
-def make_agent(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
+def make_learner(config: ApexConfig, device: "str | torch.device" = "cpu") -> Any:
     """The learner of ``config``'s algorithm: ``DQN`` on a ``QNetwork`` or ``DDPG`` on a policy
     and a critic, sized from the env's spaces (an actor builds ``make_actor``'s instead)."""
-    return apex_algorithm(config.algo).make_agent(config, device)
+    return apex_algorithm(config.algorithm).make_learner(config, device)

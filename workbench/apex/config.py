@@ -4,7 +4,7 @@ live in ``algorithms``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.apex.algorithms import ApexAlgorithm, apex_algorithm
 from workbench.apex.exploration import check_count
@@ -19,14 +19,17 @@ TRANSPORTS = ("local", "ray")
 @dataclass
 class ApexConfig:
     """An Ape-X run. Defaults are the paper's (Horgan et al. 2018, Appendix C) where they apply to a
-    single machine; the agent's own hyperparameters live in ``agent`` (``DQNConfig`` or
-    ``DDPGConfig``: n_step, gamma, double, learning rate, batch_size, target updates)."""
+    single machine; the learner's own hyperparameters live in ``learner`` (``DQNConfig`` or
+    ``DDPGConfig``: n_step, gamma, double, learning rate, batch_size, target updates), as in
+    ``SeedConfig``."""
 
     env_id: str = "CartPole-v1"
-    algo: str = "dqn"
+    algorithm: str = "dqn"
     """``"dqn"`` (Ape-X DQN) or ``"ddpg"`` (Ape-X DPG, Sec. 3.2)."""
-    agent: Any = None
+    learner: Any = None
     """``learners.DQNConfig`` or ``learners.DDPGConfig`` (None: the algorithm's defaults)."""
+    renamed: ClassVar[dict[str, str]] = {"algo": "algorithm", "agent": "learner"}
+    """Fields named otherwise in earlier checkpoints, and their names now (``config_from_dict``)."""
     model_options: dict = field(default_factory=dict)
     """Keyword arguments of the networks (``QNetwork``: dueling, hidden, num_atoms ...)."""
     env_options: dict = field(default_factory=dict)
@@ -86,7 +89,7 @@ class ApexConfig:
     machines send it their blocks; a node of its own spreads the replay's memory and sampling."""
 
     def __post_init__(self) -> None:
-        algorithm = apex_algorithm(self.algo)
+        algorithm = apex_algorithm(self.algorithm)
         if self.transport not in TRANSPORTS:
             raise ValueError(
                 f"ApexConfig.transport must be one of {TRANSPORTS}, got {self.transport!r}"
@@ -96,8 +99,8 @@ class ApexConfig:
                 "ApexConfig.replay_node places the replay's Ray actor; it needs transport='ray', "
                 f"not {self.transport!r}"
             )
-        if self.agent is None:
-            self.agent = algorithm.default_settings()
+        if self.learner is None:
+            self.learner = algorithm.default_settings()
         for name in (
             "num_actors",
             "max_actors",
@@ -126,10 +129,10 @@ class ApexConfig:
                 f"ApexConfig.num_actors={self.num_actors} > max_actors={self.max_actors}; "
                 "raise max_actors."
             )
-        if self.replay_capacity < self.agent.batch_size:
+        if self.replay_capacity < self.learner.batch_size:
             raise ValueError(
                 f"ApexConfig.replay_capacity {self.replay_capacity} < the learner's batch_size "
-                f"{self.agent.batch_size}: the replay must hold at least one batch."
+                f"{self.learner.batch_size}: the replay must hold at least one batch."
             )
         low, high = self.min_replay_ratio, self.max_replay_ratio
         if low is not None and not low > 0:
@@ -138,10 +141,10 @@ class ApexConfig:
             )
         if low is not None and high is not None and low > high:
             raise ValueError(f"ApexConfig.min_replay_ratio={low} > max_replay_ratio={high}.")
-        if self.learning_starts < self.agent.batch_size:
+        if self.learning_starts < self.learner.batch_size:
             raise ValueError(
                 f"ApexConfig.learning_starts {self.learning_starts} < batch_size "
-                f"{self.agent.batch_size}: the first batch needs that many transitions."
+                f"{self.learner.batch_size}: the first batch needs that many transitions."
             )
 
     @property
@@ -168,11 +171,11 @@ class ApexConfig:
         """Each actor's exploration at the start: epsilons (DQN) or noise scales (DPG)."""
         if self.exploration_schedule == "annealed":
             return [self.annealed_start] * num_actors
-        return self.algorithm.explorations(
+        return self.apex_algorithm.explorations(
             num_actors, self.exploration_base, self.exploration_alpha
         )
 
     @property
-    def algorithm(self) -> ApexAlgorithm:
-        """The object of ``algo`` (``algorithms.APEX_ALGORITHMS``)."""
-        return apex_algorithm(self.algo)
+    def apex_algorithm(self) -> ApexAlgorithm:
+        """The object of ``algorithm`` (``algorithms.APEX_ALGORITHMS``)."""
+        return apex_algorithm(self.algorithm)

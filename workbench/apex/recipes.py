@@ -15,7 +15,7 @@ from workbench.models import QNetwork
 from workbench.runs.recipe_run import actors_description, run_recipe
 from workbench.system import resolve_device
 
-__all__ = ["APEX_CARTPOLE_AGENT", "APEX_RECIPES", "ApexRecipe"]
+__all__ = ["APEX_CARTPOLE_LEARNER", "APEX_RECIPES", "ApexRecipe"]
 
 
 @dataclass
@@ -50,10 +50,10 @@ class ApexRecipe:
                 f"ApexRecipe {self.name!r}: measure_compile times the precision "
                 "measure_precision chooses; set measure_precision=True too."
             )
-        if self.measure_precision and not self.config.algorithm.measures_precision:
+        if self.measure_precision and not self.config.apex_algorithm.measures_precision:
             raise ValueError(
                 f"ApexRecipe {self.name!r}: measure_precision times a DQN learner's network; "
-                f"{self.config.algorithm.title}'s MLPs gain nothing from it. "
+                f"{self.config.apex_algorithm.title}'s MLPs gain nothing from it. "
                 "Set measure_precision=False."
             )
 
@@ -68,13 +68,13 @@ class ApexRecipe:
     def make_model(self, obs_shape: tuple[int, ...], num_actions: int) -> QNetwork:
         """The learner's ``QNetwork`` with the recipe's ``model_options`` (what ``load_policy``
         fills with a checkpoint's weights). Ape-X DPG recipes refuse: their actor is continuous."""
-        return self.config.algorithm.make_policy_network(self.config, obs_shape, num_actions)
+        return self.config.apex_algorithm.make_policy_network(self.config, obs_shape, num_actions)
 
     def describe(self) -> dict[str, Any]:
         """``RunnableRecipe.describe``: Ape-X's actors, each stepping its envs a block at a time."""
         config = self.config
         return actors_description(
-            "apex", config.algorithm.title, config, block_steps=config.block_steps
+            "apex", config.apex_algorithm.title, config, block_steps=config.block_steps
         )
 
     def make_run(
@@ -102,7 +102,7 @@ class ApexRecipe:
             )
         config = replace(self.config, seed=seed)
         if self.measure_precision and resolve_device(self.device).type == "cpu":
-            config = replace(config, agent=self.measured_agent(config))
+            config = replace(config, learner=self.measured_learner(config))
         return Apex(
             config,
             device=self.device,
@@ -112,43 +112,42 @@ class ApexRecipe:
             name=name,
         )
 
-    def measured_agent(self, config: ApexConfig) -> DQNConfig:
+    def measured_learner(self, config: ApexConfig) -> DQNConfig:
         """The learner's ``DQNConfig`` with the precision that times fastest here: its own update
         (not only its network's step), at the torch threads the learner will have."""
         observation_space, action_space = env_spaces(config.env_id, **config.env_options)
         shape, num_actions = observation_space.shape, int(action_space.n)
-        network = config.algorithm.make_policy_network(config, shape, num_actions)
+        network = config.apex_algorithm.make_policy_network(config, shape, num_actions)
         threads = torch.get_num_threads()
         torch.set_num_threads(config.learner_threads)
         try:
-            agent, choice = with_measured_precision(
-                config.agent,
+            learner, choice = with_measured_precision(
+                config.learner,
                 network,
                 shape,
-                config.agent.batch_size,
+                config.learner.batch_size,
                 try_compile=self.measure_compile,
-                make_update=config.algorithm.update_factory(config, network, shape, num_actions),
+                make_update=config.apex_algorithm.update_factory(
+                    config, network, shape, num_actions
+                ),
             )
         finally:
             torch.set_num_threads(threads)
         print(f"{self.name}: learner samples/s {choice.describe()}", flush=True)
-        return agent
+        return learner
 
     def run(self, seed: int, **options: Any) -> dict[str, Any]:
         """``runs.recipes.run_recipe(self, seed, ...)``."""
         return run_recipe(self, seed, **options)
 
 
-APEX_CARTPOLE_AGENT = dict(
+APEX_CARTPOLE_LEARNER = dict(
     n_step=3,
     double=True,
     batch_size=64,
     learning_rate=1e-3,
     adam_eps=1e-8,
-    replay_capacity=100_000,
     target_update_interval=256,
-    prioritized=True,
-    priority_alpha=0.6,
     max_grad_norm=10.0,
 )
 """``DQNConfig`` fields of Ape-X on CartPole-v1: the paper's 3-step double Q on a dueling network
@@ -160,7 +159,7 @@ return of 475 here in 8k-28k learner updates (0.5-1.5 min on 2 cores), 200 in 4k
 def _cartpole_apex() -> ApexConfig:
     return ApexConfig(
         env_id="CartPole-v1",
-        agent=DQNConfig(**APEX_CARTPOLE_AGENT),
+        learner=DQNConfig(**APEX_CARTPOLE_LEARNER),
         model_options=dict(dueling=True, hidden=(256, 256)),
         num_actors=4,
         learning_starts=1_000,
@@ -174,8 +173,8 @@ def _cartpole_apex() -> ApexConfig:
 def _pendulum_apex_dpg() -> ApexConfig:
     return ApexConfig(
         env_id="Pendulum-v1",
-        algo="ddpg",
-        agent=DDPGConfig(n_step=3, batch_size=128, prioritized=True),
+        algorithm="ddpg",
+        learner=DDPGConfig(n_step=3, batch_size=128),
         model_options=dict(hidden=(128, 128)),
         num_actors=4,
         learning_starts=1_000,
@@ -190,7 +189,7 @@ def _pong_apex() -> ApexConfig:
     # 256, a 1M-step frame-once replay (7 GB), at most 8 samples trained per step (DQN's ratio).
     return ApexConfig(
         env_id="ALE/Pong-v5",
-        agent=DQNConfig(
+        learner=DQNConfig(
             n_step=3,
             double=True,
             batch_size=256,
@@ -198,8 +197,6 @@ def _pong_apex() -> ApexConfig:
             adam_eps=1.5e-4,
             target_update_interval=2_500,
             max_grad_norm=40.0,
-            prioritized=True,
-            replay_capacity=1_000_000,
         ),
         model_options=dict(dueling=True),
         num_actors=8,
@@ -224,7 +221,7 @@ def _pong_apex_fast() -> ApexConfig:
     return ApexConfig(
         env_id="ALE/Pong-v5",
         env_options={"repeat_action_probability": 0.0, "screen_size": 42},
-        agent=DQNConfig(
+        learner=DQNConfig(
             n_step=3,
             double=True,
             batch_size=64,
@@ -232,8 +229,6 @@ def _pong_apex_fast() -> ApexConfig:
             adam_eps=1.5e-4,
             target_update_interval=1_000,
             max_grad_norm=10.0,
-            prioritized=True,
-            replay_capacity=400_000,
         ),
         model_options={"trunk": "cnn-universe", "dueling": True},
         num_actors=4,

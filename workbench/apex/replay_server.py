@@ -27,8 +27,8 @@ class ReplayServer:
             storage = FrameStorage(
                 config.replay_capacity // streams * streams,
                 num_envs=streams,
-                n_step=config.agent.n_step,
-                gamma=config.agent.gamma,
+                n_step=config.learner.n_step,
+                gamma=config.learner.gamma,
             )
         self.replay = PrioritizedReplay(
             config.replay_capacity if storage is None else storage.capacity,
@@ -45,7 +45,7 @@ class ReplayServer:
             max_ratio=config.max_replay_ratio,
             min_ratio=config.min_replay_ratio,
             min_inserts=config.learning_starts,
-            slack=config.agent.batch_size,
+            slack=config.learner.batch_size,
         )
         self.per_actor: dict[int, dict[str, Any]] = {}
         self._new_returns: list[tuple[int, float]] = []  # episodes since the last ``take_stats``

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.apex.algorithms import make_agent
+from workbench.apex.algorithms import make_learner
 from workbench.apex.config import ApexConfig
 from workbench.apex.transports import ApexTransport, make_transport
 from workbench.restarts import RestartSchedule
@@ -74,7 +74,7 @@ class Apex(RunLifecycle):
 
             import_ray()  # a clear ImportError now, not when the loop starts
         if target_metric is None:
-            target_metric = config.algorithm.target_metric
+            target_metric = config.apex_algorithm.target_metric
         if target_metric not in ("apex/return_least_exploring", "charts/mean_return"):
             raise ValueError(
                 "target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', "
@@ -82,7 +82,7 @@ class Apex(RunLifecycle):
             )
         self.config = config
         self.device = resolve_device(device)
-        self.learner = make_agent(config, self.device)
+        self.learner = make_learner(config, self.device)
         self.target_metric = target_metric
         self.log_interval = float(log_interval)
         super().__init__(
@@ -115,8 +115,16 @@ class Apex(RunLifecycle):
 
     def set_num_actors(self, num_actors: int) -> None:
         """Ask for ``num_actors`` actors; the learner applies it at its next step."""
-        check_num_actors(num_actors, self.config.max_actors, "raise ApexConfig.max_actors.")
-        self.settings.update(num_actors=num_actors)
+        self.update_settings(num_actors=num_actors)
+
+    def update_settings(self, **values: Any) -> ActorSettings:
+        """``settings.update(**values)``: ``num_actors`` in ``[1, max_actors]``, applied by the
+        learner at its next step (a panel's slider writes here)."""
+        if "num_actors" in values:
+            check_num_actors(
+                values["num_actors"], self.config.max_actors, "raise ApexConfig.max_actors."
+            )
+        return self.settings.update(**values)
 
     def actor_pids(self) -> dict[int, int]:
         """Process ids of the actors (index -> pid) while the run goes."""
@@ -160,7 +168,7 @@ class Apex(RunLifecycle):
     def step(self) -> dict[str, Any] | None:
         transport = self.transport
         self._restart_dead(transport)
-        batch_size = self.config.agent.batch_size
+        batch_size = self.config.learner.batch_size
         while transport.pending_batches < 2:  # one batch in flight while the learner learns
             transport.request_sample(batch_size)
         sample = transport.take_batch(timeout=0.05)

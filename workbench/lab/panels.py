@@ -32,6 +32,7 @@ __all__ = ["Chart", "Line", "Panel", "event_label", "note"]
 
 _SHORT = {
     "num_actors": "actors",
+    "num_workers": "workers",
     "num_envs": "B",
     "horizon": "T",
     "num_minibatches": "minibatches",
@@ -181,9 +182,11 @@ class Panel:
         run: the run to watch and steer.
         charts: the live charts (``Chart``, or anything with ``figure``, ``name``, ``extend`` and
             ``mark``).
-        controls: more widgets beside the actors slider (a kind's own).
-        max_actors: the actors slider's end (None: no actors slider).
-        actors_enabled: False greys the slider out (e.g. a serial sampler has no workers).
+        controls: more widgets beside the count slider (a kind's own).
+        count_field: the setting the count slider moves: ``num_actors`` (Ape-X's and SEED's
+            actors) or ``num_workers`` (a ``Run``'s sampler workers).
+        max_count: the count slider's end (None: no count slider).
+        count_enabled: False greys the slider out (e.g. a serial sampler has no workers).
         limits: the limits ``start`` gives the run (``env_steps``, ``seconds`` ...; default none:
             the run's own).
         buttons: which of ``start``, ``pause``, ``resume``, ``stop`` to show.
@@ -192,7 +195,8 @@ class Panel:
 
     Attributes:
         widget: the whole panel (an ``ipywidgets.VBox``); the notebook shows it.
-        actors, buttons: the controls. status, message: HTML lines. events: the event rows drawn.
+        count_slider, buttons: the controls (a kind names its slider: ``actors``, ``workers``).
+        status, message: HTML lines. events: the event rows drawn.
     """
 
     def __init__(
@@ -201,8 +205,9 @@ class Panel:
         *,
         charts: Sequence[Any],
         controls: Sequence[widgets.Widget] = (),
-        max_actors: int | None = None,
-        actors_enabled: bool = True,
+        count_field: str = "num_actors",
+        max_count: int | None = None,
+        count_enabled: bool = True,
         limits: dict | None = None,
         buttons: Sequence[str] = ("start", "stop"),
         status_parts: Callable[[dict], list[str]] | None = None,
@@ -224,7 +229,8 @@ class Panel:
         self.status.add_class("workbench-status")
         self.message = widgets.HTML()
         self.message.add_class("workbench-message")
-        self.actors = self._actors_slider(max_actors, actors_enabled)
+        self.count_field = count_field
+        self.count_slider = self._count_slider(max_count, count_enabled)
         # After a kernel restart: the newest checkpointed run of the same name, to carry on.
         self.earlier = None
         if run.status == "created" and run.resumed_from is None:
@@ -232,7 +238,7 @@ class Panel:
         if self.earlier is not None:
             buttons = ["continue", *buttons]
         self.buttons = {name: self._button(name) for name in buttons}
-        row = [self.actors] if self.actors is not None else []
+        row = [self.count_slider] if self.count_slider is not None else []
         self.controls = widgets.VBox(
             [widgets.HBox([*row, *controls]), widgets.HBox(list(self.buttons.values()))]
         )
@@ -245,22 +251,28 @@ class Panel:
             )
         self.refresh()
 
-    def _actors_slider(self, max_actors: int | None, enabled: bool) -> widgets.IntSlider | None:
-        """The actors slider, up to ``max_actors`` (None: no slider)."""
-        if max_actors is None:
+    @property
+    def count(self) -> int:
+        """The run's requested count of actors or workers (``count_field``)."""
+        return getattr(self.run.settings.current, self.count_field)
+
+    def _count_slider(self, max_count: int | None, enabled: bool) -> widgets.IntSlider | None:
+        """The slider of ``count_field``, up to ``max_count`` (None: no slider)."""
+        if max_count is None:
             return None
-        current = self.run.settings.current.num_actors
+        current = self.count
+        name = _SHORT[self.count_field]
         slider = widgets.IntSlider(
             value=current,
             min=1,
-            max=max(max_actors, current),
-            description="actors",
+            max=max(max_count, current),
+            description=name,
             continuous_update=False,
             disabled=not enabled,
             style={"description_width": "60px"},
         )
-        slider.add_class("workbench-actors")
-        slider.observe(self._on_actors, names="value")
+        slider.add_class(f"workbench-{name}")
+        slider.observe(self._on_count, names="value")
         return slider
 
     def _button(self, name: str) -> widgets.Button:
@@ -333,16 +345,15 @@ class Panel:
         self.watch()
         self.refresh()
 
-    def _on_actors(self, change: dict) -> None:
+    def _on_count(self, change: dict) -> None:
         if self.syncing:
             return
         try:
-            set_num_actors = getattr(self.run, "set_num_actors", None)
-            if set_num_actors is not None:
-                set_num_actors(int(change["new"]))
-            else:
-                self.run.update_settings(num_actors=int(change["new"]))
-            self.say(f"asked for {change['new']} actors: the run applies it at its next step")
+            self.run.update_settings(**{self.count_field: int(change["new"])})
+            self.say(
+                f"asked for {change['new']} {_SHORT[self.count_field]}: the run applies it at its "
+                "next step"
+            )
         except Exception as error:  # refused: say why and move the slider back
             self.say(f"not applied: {error}", "#b00020")
             self.sync_controls()
@@ -373,13 +384,13 @@ class Panel:
 
     def sync_controls(self) -> None:
         """Move the controls to the run's current settings (without writing them back)."""
-        if self.actors is None:
+        if self.count_slider is None:
             return
         self.syncing = True
         try:
-            current = self.run.settings.current.num_actors
-            self.actors.max = max(self.actors.max, current)
-            self.actors.value = current
+            current = self.count
+            self.count_slider.max = max(self.count_slider.max, current)
+            self.count_slider.value = current
         finally:
             self.syncing = False
 
@@ -442,7 +453,7 @@ class Panel:
                 parts.append(f"return {value:.1f}")
             if self.status_parts is not None:
                 parts += self.status_parts(last)
-        parts.append(f"{run.settings.current.num_actors} actors")
+        parts.append(f"{self.count} {_SHORT[self.count_field]}")
         if run.error is not None:
             parts.append(
                 f'<span style="color:#b00020">{html.escape(type(run.error).__name__)}: '

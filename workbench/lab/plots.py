@@ -400,46 +400,8 @@ def apex_throughput(results: Sequence, *, title: str | None = None) -> go.Figure
         ),
         horizontal_spacing=0.1,
     )
-    fig.add_trace(
-        go.Scatter(
-            x=actors,
-            y=[r.transitions_per_second for r in results],
-            mode="lines+markers",
-            name="transitions/s",
-            line_color="#1f77b4",
-            hovertemplate="%{x} actors<br>%{y:,.0f} transitions/s<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    if actors:
-        base = results[0].transitions_per_second / actors[0]
-        fig.add_trace(
-            go.Scatter(
-                x=actors,
-                y=[base * a for a in actors],
-                mode="lines",
-                name="linear in actors",
-                line=dict(color="#888", dash="dash"),
-                hoverinfo="skip",
-            ),
-            row=1,
-            col=1,
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=actors,
-            y=[r.updates_per_second for r in results],
-            mode="lines+markers",
-            name="learner updates/s",
-            line_color="#2ca02c",
-            customdata=[[r.samples_per_second, r.replay_ratio] for r in results],
-            hovertemplate="%{x} actors<br>%{y:,.0f} updates/s (%{customdata[0]:,.0f} samples/s)"
-            "<br>%{customdata[1]:.1f} samples trained per transition<extra></extra>",
-        ),
-        row=1,
-        col=2,
-    )
+    for trace, col in apex_throughput_traces(results):
+        fig.add_trace(trace, row=1, col=col)
     for col in (1, 2):
         fig.update_xaxes(
             title_text="actors",
@@ -459,3 +421,44 @@ def apex_throughput(results: Sequence, *, title: str | None = None) -> go.Figure
         legend=dict(orientation="h", y=-0.2),
     )
     return fig
+
+
+def apex_throughput_traces(results: Sequence) -> list[tuple[go.Scatter, int]]:
+    """:func:`apex_throughput`'s traces and their columns: transitions/s with the line linear
+    in actors from the first count (1), the learner's updates/s (2)."""
+    actors = [r.num_actors for r in results]
+    traces = [
+        (
+            go.Scatter(
+                x=actors,
+                y=[r.transitions_per_second for r in results],
+                mode="lines+markers",
+                name="transitions/s",
+                line_color="#1f77b4",
+                hovertemplate="%{x} actors<br>%{y:,.0f} transitions/s<extra></extra>",
+            ),
+            1,
+        )
+    ]
+    if actors:
+        base = results[0].transitions_per_second / actors[0]
+        linear = go.Scatter(
+            x=actors,
+            y=[base * a for a in actors],
+            mode="lines",
+            name="linear in actors",
+            line=dict(color="#888", dash="dash"),
+            hoverinfo="skip",
+        )
+        traces.append((linear, 1))
+    updates = go.Scatter(
+        x=actors,
+        y=[r.updates_per_second for r in results],
+        mode="lines+markers",
+        name="learner updates/s",
+        line_color="#2ca02c",
+        customdata=[[r.samples_per_second, r.replay_ratio] for r in results],
+        hovertemplate="%{x} actors<br>%{y:,.0f} updates/s (%{customdata[0]:,.0f} samples/s)"
+        "<br>%{customdata[1]:.1f} samples trained per transition<extra></extra>",
+    )
+    return [*traces, (updates, 2)]

@@ -1,12 +1,12 @@
 """The panel of a run of samplers and a learner (notebooks 03-04): ``RunPanel``.
 
-Sliders for the actors (worker processes), the envs ``B`` and horizon ``T`` (the batch is
+Sliders for the sampler's workers (processes), the envs ``B`` and horizon ``T`` (the batch is
 ``B * T``) and the minibatches per update; a learner picker (this machine's devices, and two gloo
 learners when the run has a ``learner_factory``); Start, Pause, Resume and Stop; a progress bar
 and live charts: episode return against env steps and against wall time, steps/s, and seconds per
 stage. A control writes the run's ``RunSettings``; the run applies the change at its next
 iteration boundary and records it as an event, which the charts mark with a dashed line. A change
-the run cannot make (actors > envs, a minibatch that does not divide the batch, a device this
+the run cannot make (workers > envs, a minibatch that does not divide the batch, a device this
 machine lacks) shows as a message and the control moves back.
 """
 
@@ -101,15 +101,16 @@ class RunPanel(Panel):
 
     Args:
         run: the run to steer (started with ``panel.start()`` or the Start button).
-        max_actors: the actors slider's end (default: 2x the run's actors, at least 4).
+        max_workers: the workers slider's end (default: 2x the run's workers, at least 4).
         refresh_seconds: seconds between redraws.
 
-    Attributes (beyond ``Panel``'s): ``envs``, ``horizon``, ``minibatches``, ``learner``: the
-    controls; ``progress``; ``return_figure``, ``speed_figure``, ``stage_figure``: the charts.
+    Attributes (beyond ``Panel``'s): ``workers`` (the count slider: the sampler's worker
+    processes), ``envs``, ``horizon``, ``minibatches``, ``learner``: the controls; ``progress``;
+    ``return_figure``, ``speed_figure``, ``stage_figure``: the charts.
     """
 
     def __init__(
-        self, run: Any, *, max_actors: int | None = None, refresh_seconds: float = 0.5
+        self, run: Any, *, max_workers: int | None = None, refresh_seconds: float = 0.5
     ) -> None:
         settings = run.settings.current
         uses_workers = run.sampler_kind != "serial"
@@ -140,8 +141,9 @@ class RunPanel(Panel):
         super().__init__(
             run,
             charts=[returns, speed, stages],
-            max_actors=max(max_actors or 2 * settings.num_actors, 4),
-            actors_enabled=uses_workers,
+            count_field="num_workers",
+            max_count=max(max_workers or 2 * settings.num_workers, 4),
+            count_enabled=uses_workers,
             controls=[self.envs, self.horizon],
             buttons=("start", "pause", "resume", "stop"),
             status_parts=self._status_parts,
@@ -157,6 +159,11 @@ class RunPanel(Panel):
         for control in (self.envs, self.horizon, self.minibatches, self.learner):
             control.observe(self._on_control, names="value")
         self.refresh()
+
+    @property
+    def workers(self) -> widgets.IntSlider:
+        """The workers slider: the parallel sampler's worker processes (``num_workers``)."""
+        return self.count_slider
 
     def _on_control(self, change: dict) -> None:
         if self.syncing:

@@ -89,7 +89,8 @@ class ApexPanel(Panel):
             ``budget.current().apex_live_seconds``).
         refresh_seconds: seconds between redraws.
 
-    Attributes (beyond ``Panel``'s): ``return_figure``, ``rate_figure``, ``actor_figure``.
+    Attributes (beyond ``Panel``'s): ``actors`` (the count slider), ``return_figure``,
+    ``rate_figure``, ``actor_figure``.
     """
 
     def __init__(
@@ -119,12 +120,17 @@ class ApexPanel(Panel):
         super().__init__(
             apex,
             charts=[returns, rates, bars],
-            max_actors=apex.config.max_actors,
+            max_count=apex.config.max_actors,
             limits=limits,
             status_parts=self._status_parts,
             refresh_seconds=refresh_seconds,
             css="workbench-apex-panel",
         )
+
+    @property
+    def actors(self) -> widgets.IntSlider:
+        """The actors slider (``num_actors``)."""
+        return self.count_slider
 
     def resumed_run(self, folder: Any) -> Any:
         """``Apex.from_checkpoint`` on this run's device (its saved config names its transport)."""
@@ -158,8 +164,8 @@ class SeedPanel(Panel):
             ``budget.current().seed_live_seconds``).
         refresh_seconds: seconds between redraws.
 
-    Attributes (beyond ``Panel``'s): ``batch``, the batch slider; ``return_figure``,
-    ``rate_figure``, ``server_figure``.
+    Attributes (beyond ``Panel``'s): ``actors`` (the count slider), ``batch``, the batch slider;
+    ``return_figure``, ``rate_figure``, ``server_figure``.
     """
 
     def __init__(
@@ -213,13 +219,18 @@ class SeedPanel(Panel):
             seed,
             charts=[returns, rates, server],
             controls=[self.batch],
-            max_actors=seed.config.actor_limit,
-            actors_enabled=actors_enabled,
+            max_count=seed.config.actor_limit,
+            count_enabled=actors_enabled,
             limits=limits,
             status_parts=self._status_parts,
             refresh_seconds=refresh_seconds,
             css="workbench-seed-panel",
         )
+
+    @property
+    def actors(self) -> widgets.IntSlider:
+        """The actors slider (``num_actors``)."""
+        return self.count_slider
 
     def _on_batch(self, change: dict) -> None:
         seed = self.run

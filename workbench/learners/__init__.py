@@ -30,13 +30,19 @@ from workbench.learners.precision import (
 )
 from workbench.learners.r2d2 import R2D2, SEQUENCE_KEYS, STATE_KEYS, R2D2Config
 from workbench.learners.rendezvous import Rendezvous, join_learner_group, leave_learner_group
-from workbench.learners.replay_agent import ReplayAgent, make_replay
+from workbench.learners.replay_agent import (
+    DDPG_REPLAY,
+    ReplayAgent,
+    ReplayAgentConfig,
+    make_replay,
+)
 
 __all__ = [
     "A2C",
     "A2CConfig",
     "DDPG",
     "DDPGConfig",
+    "DDPG_REPLAY",
     "DPGActor",
     "DQN",
     "DQNConfig",
@@ -56,6 +62,7 @@ __all__ = [
     "Reduction",
     "Rendezvous",
     "ReplayAgent",
+    "ReplayAgentConfig",
     "RunLearner",
     "SEQUENCE_KEYS",
     "STATE_KEYS",

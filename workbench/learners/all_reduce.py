@@ -190,6 +190,35 @@ MIRRORED = ("num_updates", "num_gradient_steps", "learning_rate")
 SCHEDULES = (("progress", "set_progress"), ("base_learning_rate", "set_learning_rate"))
 
 
+def join_group(spec: LearnerSpec, factory_bytes: bytes, initial_state: bytes) -> Any:
+    """In a learner process: join the gloo or NCCL group ``spec`` names (on this machine's
+    loopback when the master is), and build the replica from the caller's factory and state,
+    its reductions over the group."""
+    torch.set_num_threads(spec.threads)
+    os.environ["MASTER_ADDR"] = spec.master_addr
+    os.environ["MASTER_PORT"] = str(spec.master_port)
+    if (
+        spec.backend == "gloo"
+        and spec.master_addr == "127.0.0.1"
+        and os.path.exists("/sys/class/net/lo")
+    ):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every learner is on this machine
+    device = torch.device(spec.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(
+        spec.backend,
+        init_method="env://",
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=datetime.timedelta(seconds=spec.timeout),
+    )
+    learner = pickle.loads(factory_bytes)(device=device)
+    learner.load_state_dict(pickle.loads(initial_state))
+    learner.reduction = AllReduce(spec.rank, spec.world_size, device)
+    return learner
+
+
 def learner_main(
     conn: Any, spec: LearnerSpec, factory_bytes: bytes, initial_state: bytes, model_out: dict
 ) -> None:
@@ -202,28 +231,7 @@ def learner_main(
     die_with_parent(spec.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt is the caller's to handle
     try:
-        torch.set_num_threads(spec.threads)
-        os.environ["MASTER_ADDR"] = spec.master_addr
-        os.environ["MASTER_PORT"] = str(spec.master_port)
-        if (
-            spec.backend == "gloo"
-            and spec.master_addr == "127.0.0.1"
-            and os.path.exists("/sys/class/net/lo")
-        ):
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every learner is on this machine
-        device = torch.device(spec.device)
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        torch.distributed.init_process_group(
-            spec.backend,
-            init_method="env://",
-            rank=spec.rank,
-            world_size=spec.world_size,
-            timeout=datetime.timedelta(seconds=spec.timeout),
-        )
-        learner = pickle.loads(factory_bytes)(device=device)
-        learner.load_state_dict(pickle.loads(initial_state))
-        learner.reduction = AllReduce(spec.rank, spec.world_size, device)
+        learner = join_group(spec, factory_bytes, initial_state)
         conn.send(("ok", 0, None))
     except BaseException:
         _send_quietly(conn, ("error", 0, traceback.format_exc()))

@@ -23,7 +23,8 @@ Sec. 3.2), also usable alone in a sampler loop.
 
 The ``Learner`` interface (``update(batch) -> metrics``, ``priorities`` after it), and what an Ape-X
 actor calls, as ``DQN``: ``act(obs, exploration)``, ``initial_priorities(transitions)``,
-``actor_state()`` / ``load_actor_state(state)``. In a sampler loop: ``ReplayAgent(DDPG(...))``.
+``actor_state()`` / ``load_actor_state(state)``. In a sampler loop:
+``ReplayAgent(DDPG(...), DDPG_REPLAY)``.
 
 A batch of transitions holds ``obs`` float ``[N, obs_dim]``, ``actions`` float ``[N, act_dim]``,
 ``returns [N]``, ``discounts [N]`` (``gamma^m``, 0 after a terminal state) and ``next_obs
@@ -69,13 +70,8 @@ class DDPGConfig:
     actor_learning_rate: float = 1e-3
     critic_learning_rate: float = 1e-3
     batch_size: int = 256
-    """Transitions per gradient step."""
-    replay_ratio: float = 256.0
-    """Samples trained per env step collected: ``updates = steps * replay_ratio / batch_size``
-    (DDPG's one batch per env step is ``replay_ratio = batch_size``)."""
-    replay_capacity: int = 100_000
-    learning_starts: int = 1_000
-    """Env steps collected before the first gradient step (the replay fills first)."""
+    """Transitions per gradient step (in a sampler loop, ``replay_agent.DDPG_REPLAY`` trains one
+    batch per env step)."""
     tau: float = 0.005
     """Target update ``theta' <- tau * theta + (1 - tau) * theta'`` (Lillicrap et al. 2016, Alg. 1),
     applied every ``target_update_interval`` gradient steps. ``tau=1`` with an interval of, say,
@@ -83,26 +79,10 @@ class DDPGConfig:
     target_update_interval: int = 1
     max_grad_norm: float | None = None
     """Clip each network's global gradient norm (None: no clipping, as in DDPG)."""
-    noise_scale: float = 0.1
-    """Exploration noise std as a fraction of the half action range (``act`` with no scale, and
-    ``model``'s default); Ape-X DPG actors each get their own."""
-    prioritized: bool = False
-    """Prioritized replay (proportional); otherwise uniform."""
-    priority_alpha: float = 0.6
-    priority_beta_start: float = 0.4
-    """Importance-sampling exponent at the start; annealed linearly to 1 over the run."""
-    priority_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        for name in ("n_step", "batch_size", "replay_capacity", "target_update_interval"):
+        for name in ("n_step", "batch_size", "target_update_interval"):
             positive_int(getattr(self, name), f"DDPGConfig.{name}")
-        if self.replay_capacity < self.batch_size:
-            raise ValueError(
-                f"DDPGConfig.replay_capacity {self.replay_capacity} < batch_size "
-                f"{self.batch_size}: the replay must hold at least one batch."
-            )
-        if not self.replay_ratio > 0:
-            raise ValueError(f"DDPGConfig.replay_ratio must be positive, got {self.replay_ratio}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"DDPGConfig.gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 < self.tau <= 1.0:
@@ -112,11 +92,6 @@ class DDPGConfig:
         for name in ("actor_learning_rate", "critic_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"DDPGConfig.{name} must be positive, got {getattr(self, name)}")
-        if not self.noise_scale >= 0:
-            raise ValueError(
-                f"DDPGConfig.noise_scale must be >= 0 (0: the deterministic policy), "
-                f"got {self.noise_scale}"
-            )
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(
                 f"DDPGConfig.max_grad_norm must be positive or None (no clipping), "
@@ -257,7 +232,8 @@ class DDPG:
 
     Args:
         policy: the actor ``mu(s)``. critic: ``Q(s, a)``.
-        config: a ``DDPGConfig`` (its replay fields serve ``ReplayAgent``).
+        config: a ``DDPGConfig`` (one update's settings; the replay around it is its
+            ``ReplayAgent``'s or Ape-X's).
         device: where the networks learn.
 
     Attributes:
@@ -293,7 +269,8 @@ class DDPG:
         self.critic = critic.to(self.device)
         self.target_policy = copy.deepcopy(self.policy).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.model = GaussianExploration(self.policy, config.noise_scale).to(self.device)
+        # TD3's noise until told otherwise (``set_exploration``: its ReplayAgent's schedule)
+        self.model = GaussianExploration(self.policy, 0.1).to(self.device)
         self.actor_optimizer = torch.optim.Adam(
             self.policy.parameters(), lr=config.actor_learning_rate
         )
@@ -314,8 +291,8 @@ class DDPG:
     ) -> torch.Tensor:
         """Exploring actions float32 ``[B, act_dim]`` (on ``device``) for ``obs [B, obs_dim]``:
         ``mu(s)`` plus Gaussian noise of std ``exploration * (high - low) / 2`` per row, clipped to
-        the bounds. ``exploration``: a float or ``[B]`` (None: ``config.noise_scale``)."""
-        scale = self.config.noise_scale if exploration is None else exploration
+        the bounds. ``exploration``: a float or ``[B]`` (None: the acting policy's, ``model``)."""
+        scale = self.model.noise_scale if exploration is None else exploration
         return gaussian_exploration(self.policy, torch.as_tensor(obs).to(self.device), scale)
 
     @torch.no_grad()
@@ -327,8 +304,16 @@ class DDPG:
         return (self.targets(batch) - self.critic(batch["obs"], batch["actions"])).abs().cpu()
 
     def set_progress(self, progress: float) -> None:
-        """Fraction of the run done (DDPG's exploration does not anneal; kept for checkpoints)."""
+        """Fraction of the run done (DDPG's update has no schedule; kept for checkpoints)."""
         self.progress = min(max(float(progress), 0.0), 1.0)
+
+    def set_exploration(self, noise_scale: float) -> None:
+        """The acting policy's noise scale (``model``; a ``ReplayAgent`` sets it over the run)."""
+        if not noise_scale >= 0:
+            raise ValueError(
+                f"a noise scale must be >= 0 (0: the deterministic policy), got {noise_scale}"
+            )
+        self.model.noise_scale.fill_(float(noise_scale))
 
     def schedule_metrics(self) -> dict[str, float]:
         """What the acting policy does now: its noise scale."""
@@ -445,6 +430,5 @@ class DDPG:
         c = self.config
         return (
             f"DDPG(n_step={c.n_step}, tau={c.tau}, "
-            f"target_update_interval={c.target_update_interval}, "
-            f"{'prioritized' if c.prioritized else 'uniform'})"
+            f"target_update_interval={c.target_update_interval})"
         )

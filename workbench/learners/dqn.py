@@ -19,7 +19,8 @@ prioritized replay, and all of them together (Rainbow without noisy nets).
 [N]`` (``gamma^m`` for a window of ``m`` steps, 0 when it ended in a terminal state), ``next_obs
 [N, ...]`` (the observation after the window) and optionally ``weights [N]``. The target is
 ``returns + discounts * Q_target(next_obs, a*)``. The whole agent of a sampler loop (rollouts into
-a replay, updates as the replay ratio allows) is ``learners.replay_agent.ReplayAgent(DQN(...))``.
+a replay, updates as the replay ratio allows, epsilon annealed) is
+``learners.replay_agent.ReplayAgent(DQN(...), ReplayAgentConfig(...))``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from workbench.checks import positive_int
 from workbench.kernels import (
     categorical_projection,
     double_q_action,
-    linear_schedule,
     scaled_learning_rate,
 )
 from workbench.learners.base import (
@@ -81,27 +81,10 @@ class DQNConfig(Precision):
     adam_eps: float = 1.5e-4
     batch_size: int = 32
     """Transitions per gradient step."""
-    replay_ratio: float = 8.0
-    """Samples trained per env step collected: ``updates = steps * replay_ratio / batch_size``
-    (DQN's one batch of 32 every 4 steps is 8)."""
-    replay_capacity: int = 100_000
-    learning_starts: int = 1_000
-    """Env steps collected before the first gradient step (the replay fills first)."""
     target_update_interval: int = 2_000
     """Gradient steps between copies of the online network into the target network."""
     max_grad_norm: float | None = 10.0
     """Clip the global gradient norm (Wang et al. 2016 clip the dueling network's at 10)."""
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.1
-    """Fraction of the run over which epsilon falls linearly from start to end
-    (``set_progress``)."""
-    prioritized: bool = False
-    """Prioritized replay (proportional); otherwise uniform."""
-    priority_alpha: float = 0.5
-    priority_beta_start: float = 0.4
-    """Importance-sampling exponent at the start; annealed linearly to 1 over the run."""
-    priority_eps: float = 1e-6
     scale_learning_rate: str | None = None
     """None, ``"linear"`` or ``"sqrt"``: scale ``learning_rate`` with ``batch_size`` against
     ``reference_batch_size`` (Stooke & Abbeel 2018, Sec. 4; ``kernels.scaled_learning_rate``)."""
@@ -110,15 +93,8 @@ class DQNConfig(Precision):
     def __post_init__(self) -> None:
         self.check_fields()
         self.refuse_float16()
-        for name in ("n_step", "batch_size", "replay_capacity", "target_update_interval"):
+        for name in ("n_step", "batch_size", "target_update_interval"):
             positive_int(getattr(self, name), f"DQNConfig.{name}")
-        if self.replay_capacity < self.batch_size:
-            raise ValueError(
-                f"DQNConfig.replay_capacity {self.replay_capacity} < batch_size {self.batch_size}: "
-                "the replay must hold at least one batch."
-            )
-        if not self.replay_ratio > 0:
-            raise ValueError(f"DQNConfig.replay_ratio must be positive, got {self.replay_ratio}")
         if not self.learning_rate > 0:
             raise ValueError(f"DQNConfig.learning_rate must be positive, got {self.learning_rate}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -269,7 +245,8 @@ class DQN:
 
     Args:
         q_network: a ``models.QNetwork`` (``dueling=True``, ``num_atoms=51`` for the variants).
-        config: a ``DQNConfig`` (its replay fields serve ``ReplayAgent``).
+        config: a ``DQNConfig`` (one gradient step's settings; the replay around it is its
+            ``ReplayAgent``'s or Ape-X's).
         device: where the networks learn.
 
     Attributes:
@@ -296,7 +273,9 @@ class DQN:
         self.device = torch.device(device)
         if config.channels_last:  # before the copies and the optimizer: they keep its strides
             q_network.to(memory_format=torch.channels_last)
-        self.model = EpsilonGreedy(q_network, config.epsilon_start).to(self.device)
+        # acts uniformly at random until told otherwise (``set_exploration``: its ReplayAgent's
+        # schedule; an Ape-X learner never acts, its actors explore on their own ladder)
+        self.model = EpsilonGreedy(q_network, 1.0).to(self.device)
         self.q_network = q_network
         self.target = copy.deepcopy(q_network).requires_grad_(False)
         self.optimizer = torch.optim.Adam(
@@ -322,11 +301,13 @@ class DQN:
         )
 
     def set_progress(self, progress: float) -> None:
-        """Fraction of the run done: epsilon falls linearly over ``exploration_fraction`` of it."""
-        c = self.config
+        """Fraction of the run done (DQN's update has no schedule of its own; kept for
+        checkpoints)."""
         self.progress = min(max(float(progress), 0.0), 1.0)
-        explore = self.progress / c.exploration_fraction if c.exploration_fraction > 0 else 1.0
-        self.model.set_epsilon(linear_schedule(c.epsilon_start, c.epsilon_end, explore))
+
+    def set_exploration(self, epsilon: float) -> None:
+        """The acting policy's epsilon (``model``; a ``ReplayAgent`` sets it over the run)."""
+        self.model.set_epsilon(epsilon)
 
     def schedule_metrics(self) -> dict[str, float]:
         """What the schedules set now: the acting policy's epsilon and the learning rate."""
@@ -432,7 +413,6 @@ class DQN:
             "double" if c.double else "single",
             "dueling" if self.q_network.dueling else "",
             f"atoms={self.q_network.num_atoms}" if self.q_network.num_atoms > 1 else "",
-            "prioritized" if c.prioritized else "uniform",
         ]
         return f"DQN({', '.join(p for p in parts if p)})"
 

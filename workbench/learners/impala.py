@@ -132,19 +132,8 @@ class IMPALA:
         ``losses/entropy``, ``losses/grad_norm``, ``charts/learning_rate``, ``charts/mean_rho``
         (the importance weights pi / mu before clipping) and ``charts/clipped_rho_fraction``."""
         c, reduce = self.config, self.reduction
-        missing = [key for key in UNROLL_KEYS if key not in batch]
-        if missing:
-            raise ValueError(f"an unroll batch needs the keys {UNROLL_KEYS}; missing {missing}")
-        data = {
-            key: torch.as_tensor(np.asarray(batch[key]), device=self.device) for key in UNROLL_KEYS
-        }
+        data = self.unroll_tensors(batch)
         obs, actions = data["obs"], data["actions"][:-1].long()
-        horizon = obs.shape[0] - 1
-        if actions.shape != (horizon, obs.shape[1]):
-            raise ValueError(
-                f"unroll batch: obs {tuple(obs.shape)} is [T+1, B, ...], so actions must be "
-                f"[T+1, B]; got {tuple(data['actions'].shape)}"
-            )
         terminated = data["terminated"][:-1].bool()
         truncated = data["truncated"][:-1].bool() & ~terminated
 
@@ -154,11 +143,7 @@ class IMPALA:
         logits, values = logits.float(), values.float()
         dist = Categorical(logits=logits[:-1])
         target_logp = dist.log_prob(actions)
-        next_values = values[1:].detach().clone()
-        if truncated.any():  # bootstrap a time limit from the episode's own last observation
-            with torch.no_grad(), c.autocast_context(self.device):
-                _, final_values = self.model(data["final_obs"][:-1][truncated])
-            next_values[truncated] = final_values.float()
+        next_values = self.next_values(values, data["final_obs"][:-1], truncated)
         discounts = c.gamma * (~terminated).float()
         behaviour_logp = data["logp"][:-1].float()
         returns = vtrace(
@@ -196,6 +181,36 @@ class IMPALA:
             "charts/mean_rho": mean_rho,
             "charts/clipped_rho_fraction": clipped,
         }
+
+    def unroll_tensors(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """``batch``'s ``UNROLL_KEYS`` as tensors on the learner's device, checked: every key
+        there, and actions ``[T + 1, B]`` beside obs ``[T + 1, B, ...]``."""
+        missing = [key for key in UNROLL_KEYS if key not in batch]
+        if missing:
+            raise ValueError(f"an unroll batch needs the keys {UNROLL_KEYS}; missing {missing}")
+        data = {
+            key: torch.as_tensor(np.asarray(batch[key]), device=self.device) for key in UNROLL_KEYS
+        }
+        obs, actions = data["obs"], data["actions"]
+        if actions.shape != obs.shape[:2]:
+            raise ValueError(
+                f"unroll batch: obs {tuple(obs.shape)} is [T+1, B, ...], so actions must be "
+                f"[T+1, B]; got {tuple(actions.shape)}"
+            )
+        return data
+
+    def next_values(
+        self, values: torch.Tensor, final_obs: torch.Tensor, truncated: torch.Tensor
+    ) -> torch.Tensor:
+        """V(x_{s+1}) for each step ``[T, B]``: the next step's value, except where a time limit
+        cut the episode, which bootstraps from the episode's own last observation (Pardo et al.
+        2018) rather than the next episode's first."""
+        next_values = values[1:].detach().clone()
+        if truncated.any():
+            with torch.no_grad(), self.config.autocast_context(self.device):
+                _, final_values = self.model(final_obs[truncated])
+            next_values[truncated] = final_values.float()
+        return next_values
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The model over ``[T + 1, B, ...]`` observations: compiled with ``config.compile``, the

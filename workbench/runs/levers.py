@@ -53,16 +53,17 @@ two no-grad forward passes on ``next_obs``, the online network's argmax and the 
 (about a third of a forward-and-backward pass each). Without double, one such pass: 4/3."""
 
 
-def learner_work(config: Any, num_envs: int, horizon: int) -> tuple[int, float]:
+def learner_work(
+    config: Any, num_envs: int, horizon: int, *, replay_ratio: float | None = None
+) -> tuple[int, float]:
     """What a recipe's learner does per env step, for ``choose_levers``: the minibatch one gradient
     step trains on, and how many times each env step is trained, in forward-and-backward passes.
     PPO and A2C: ``num_envs * horizon / num_minibatches`` and their epochs (one rollout, each
-    sample once an epoch). A replay learner (a ``replay_ratio``: samples trained per env step):
-    its ``batch_size`` and ``replay_ratio`` samples, each ``DOUBLE_DQN_PASSES`` (or 4/3)."""
-    ratio = getattr(config, "replay_ratio", None)
-    if ratio is not None:
+    sample once an epoch). A replay learner (its agent's ``replay_ratio``: samples trained per env
+    step): its ``batch_size`` and ``replay_ratio`` samples, each ``DOUBLE_DQN_PASSES`` (or 4/3)."""
+    if replay_ratio is not None:
         passes = DOUBLE_DQN_PASSES if getattr(config, "double", False) else 4 / 3
-        return int(config.batch_size), float(ratio) * passes
+        return int(config.batch_size), float(replay_ratio) * passes
     minibatch = num_envs * horizon // getattr(config, "num_minibatches", 1)
     return minibatch, float(getattr(config, "num_epochs", 1))
 

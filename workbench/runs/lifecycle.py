@@ -3,7 +3,7 @@
 A run is a loop of steps in a background thread, so that a notebook stays live::
 
     run.start(env_steps=100_000)      # or updates=, seconds=, target_return=; returns at once
-    run.update_settings(num_actors=8) # applied at the next step boundary, recorded as an event
+    run.update_settings(num_envs=32)  # at the next step boundary, an event (Ape-X: num_actors)
     run.stop()                        # or pause() / resume(); wait() makes Ctrl-C a clean stop
     run.metrics, run.events, run.status
 

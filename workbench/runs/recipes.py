@@ -26,6 +26,7 @@ from workbench.learners import (
     DQNConfig,
     PPOConfig,
     ReplayAgent,
+    ReplayAgentConfig,
 )
 from workbench.models import ActorCritic, QNetwork
 from workbench.runs.checkpoints import load_checkpoint_file
@@ -35,15 +36,7 @@ from workbench.runs.run import Run, RunConfig
 from workbench.runs.settings import RunSettings
 from workbench.system import usable_cores
 
-__all__ = [
-    "DQN_BASE",
-    "DQN_VARIANTS",
-    "MODEL_OPTIONS",
-    "RECIPES",
-    "Recipe",
-    "dqn_variant",
-    "run_recipe",
-]
+__all__ = ["CARTPOLE_DQN", "CARTPOLE_REPLAY", "RECIPES", "Recipe", "run_recipe"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +48,7 @@ class Recipe:
     algorithm: type
     """PPO, A2C or DQN (in a ``ReplayAgent``)."""
     config: Any
+    """The learner's config (``PPOConfig``, ``A2CConfig``, ``DQNConfig``)."""
     num_envs: int
     horizon: int
     total_steps: int
@@ -85,6 +79,9 @@ class Recipe:
     """With ``measure_precision``: also time the chosen combination under ``torch.compile`` and
     compile the learner's forward pass where that is ``COMPILE_GAIN`` faster (10-20 s more at
     start; ``runs.levers``)."""
+    replay: ReplayAgentConfig | None = None
+    """DQN: its ``ReplayAgent``'s replay, replay ratio, warm-up and epsilon schedule (None: the
+    defaults)."""
     measure_threads: bool = False
     """With ``measure_precision``: choose the process's torch threads, 1 or 2, from the learner's
     measured rate against the collector's (``runs.levers.choose_threads``, about 3 s more), and set
@@ -112,7 +109,8 @@ class Recipe:
             config = self.measured_config(model, observation_space.shape)
         if self.algorithm is DQN:  # Atari: each frame stored once, a stream per env
             streams = self.num_envs if is_atari(self.env_id) else None
-            return ReplayAgent(DQN(model, config), seed=seed, frame_streams=streams)
+            replay = self.replay or ReplayAgentConfig()
+            return ReplayAgent(DQN(model, config), replay, seed=seed, frame_streams=streams)
         if self.algorithm is PPO:
             return PPO(model, config, seed=seed)
         return self.algorithm(model, config)
@@ -148,7 +146,10 @@ class Recipe:
 
     def choose_levers(self, model: torch.nn.Module, obs_shape: tuple[int, ...]) -> Levers:
         """Measure this machine for the recipe's model (``runs.levers.choose_levers``)."""
-        minibatch, samples_per_step = learner_work(self.config, self.num_envs, self.horizon)
+        ratio = (self.replay or ReplayAgentConfig()).replay_ratio if self.algorithm is DQN else None
+        minibatch, samples_per_step = learner_work(
+            self.config, self.num_envs, self.horizon, replay_ratio=ratio
+        )
         threads_for = None
         if self.measure_threads:
             threads_for = (self.env_id, dict(self.env_options), self.num_envs, samples_per_step)
@@ -180,7 +181,7 @@ class Recipe:
         learner = learner if learner is not None else self.make_learner(seed)
         # the minibatch count is the learner's config's: the run takes it from there
         settings = RunSettings(
-            num_actors=self.num_workers, num_envs=self.num_envs, horizon=self.horizon
+            num_workers=self.num_workers, num_envs=self.num_envs, horizon=self.horizon
         )
         config = RunConfig(
             total_steps=self.total_steps,
@@ -207,19 +208,21 @@ class Recipe:
         return run_recipe(self, seed, **options)
 
 
-# Shared by the DQN and C51 CartPole recipes (each recipe copies its config when it makes the
-# agent).
-_CARTPOLE_DQN = DQNConfig(
+# Shared by the DQN and C51 CartPole recipes and notebook 05's DQN family (each recipe copies
+# its config when it makes the agent).
+CARTPOLE_DQN = DQNConfig(
     learning_rate=1e-3,
     batch_size=64,
+    target_update_interval=256,
+    n_step=3,
+    double=True,
+)
+CARTPOLE_REPLAY = ReplayAgentConfig(
     replay_ratio=32.0,
     replay_capacity=100_000,
     learning_starts=1_000,
-    target_update_interval=256,
     exploration_fraction=0.16,
-    epsilon_end=0.04,
-    n_step=3,
-    double=True,
+    exploration_end=0.04,
 )
 
 
@@ -270,7 +273,8 @@ RECIPES: dict[str, Recipe] = {
             algorithm=DQN,
             # SB3 zoo's CartPole DQN sizes (256x256, lr ~1e-3, batch 64, 0.5 updates per step,
             # target refreshed every ~128-256 updates), with double Q, dueling and 3-step returns.
-            config=_CARTPOLE_DQN,
+            config=CARTPOLE_DQN,
+            replay=CARTPOLE_REPLAY,
             model_options=(("dueling", True), ("hidden", (256, 256))),
             num_envs=4,
             horizon=8,
@@ -282,7 +286,8 @@ RECIPES: dict[str, Recipe] = {
             name="c51-cartpole",
             env_id="CartPole-v1",
             algorithm=DQN,
-            config=_CARTPOLE_DQN,
+            config=CARTPOLE_DQN,
+            replay=CARTPOLE_REPLAY,
             model_options=(
                 ("dueling", True),
                 ("hidden", (256, 256)),
@@ -404,15 +409,17 @@ RECIPES["dqn-pong-fast"] = Recipe(
         batch_size=64,
         learning_rate=5e-4,
         adam_eps=1.5e-4,
+        target_update_interval=1_000,
+        max_grad_norm=10.0,
+    ),
+    replay=ReplayAgentConfig(
         replay_ratio=4.0,
         replay_capacity=400_000,
         learning_starts=20_000,
-        target_update_interval=1_000,
-        max_grad_norm=10.0,
-        epsilon_start=1.0,
-        epsilon_end=0.01,
-        exploration_fraction=0.1,
         prioritized=True,
+        exploration_start=1.0,
+        exploration_end=0.01,
+        exploration_fraction=0.1,
     ),
     env_options=(("repeat_action_probability", 0.0), ("screen_size", 42)),
     model_options=(("trunk", "cnn-universe"), ("dueling", True)),
@@ -429,67 +436,3 @@ RECIPES["dqn-pong-fast"] = Recipe(
     measure_compile=True,
     torch_threads=1,
 )
-
-# --- The DQN family as one-line changes (notebook 05) ---------------------------------------------
-
-MODEL_OPTIONS = ("dueling", "num_atoms", "v_min", "v_max", "hidden")
-"""Keys of a variant's changes that are ``QNetwork`` options; every other key is a ``DQNConfig``
-field."""
-
-_C51_CARTPOLE = {
-    "num_atoms": 51,
-    "v_min": 0.0,
-    "v_max": 100.0,
-}  # CartPole's returns at gamma 0.99 lie in [0, 100]
-
-DQN_BASE = replace(
-    RECIPES["dqn-cartpole"],
-    name="dqn-cartpole-plain",
-    config=replace(_CARTPOLE_DQN, n_step=1, double=False, prioritized=False),
-    model_options=(("hidden", (256, 256)),),
-    note="the dqn-cartpole recipe with every extension off: Mnih et al. 2015's one-step, "
-    "single-network target on a plain (not dueling) network with uniform replay; the base of "
-    "DQN_VARIANTS",
-)
-"""Plain DQN on CartPole-v1: the ``dqn-cartpole`` recipe's sizes, with every extension off."""
-
-DQN_VARIANTS: dict[str, dict[str, Any]] = {
-    "DQN": {},  # Mnih et al. 2015: 1-step, single, plain net, uniform
-    "+ double": {"double": True},  # van Hasselt et al. 2016, Eq. 4
-    "+ dueling": {"dueling": True},  # Wang et al. 2016, Eq. 9
-    "+ 3-step": {"n_step": 3},  # Sutton 1988; Rainbow's n = 3
-    "+ prioritized": {"prioritized": True},  # Schaul et al. 2016, proportional
-    "C51": dict(_C51_CARTPOLE),  # Bellemare et al. 2017, Alg. 1
-    "all (Rainbow - noisy)": {
-        "double": True,
-        "dueling": True,
-        "n_step": 3,
-        "prioritized": True,
-        **_C51_CARTPOLE,
-    },  # Hessel et al. 2018 without noisy nets
-}
-"""The DQN family, each member as its changes to ``DQN_BASE`` (``dqn_variant`` applies them):
-one extension added to plain DQN at a time, as in Rainbow's Fig. 1, then all of them together."""
-
-
-def dqn_variant(base: Recipe = DQN_BASE, name: str | None = None, **changes: Any) -> Recipe:
-    """``base`` with ``changes``: keys in ``MODEL_OPTIONS`` replace the ``QNetwork`` options, the
-    others replace ``DQNConfig`` fields (``dqn_variant(double=True)`` is Double DQN)."""
-    if base.algorithm is not DQN:
-        raise ValueError(
-            f"dqn_variant needs a DQN recipe as its base, got {base.name!r} "
-            f"({base.algorithm.__name__})."
-        )
-    fields = set(DQNConfig.__dataclass_fields__)
-    unknown = sorted(set(changes) - fields - set(MODEL_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"dqn_variant: {unknown} are neither DQNConfig fields nor QNetwork options "
-            f"{list(MODEL_OPTIONS)}."
-        )
-    model = dict(base.model_options)
-    model.update({key: value for key, value in changes.items() if key in MODEL_OPTIONS})
-    config = replace(
-        base.config, **{key: value for key, value in changes.items() if key not in MODEL_OPTIONS}
-    )
-    return replace(base, name=name or base.name, config=config, model_options=tuple(model.items()))

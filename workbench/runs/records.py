@@ -139,7 +139,8 @@ def config_to_dict(config: Any) -> Any:
 
 
 def config_from_dict(data: Any) -> Any:
-    """The config ``config_to_dict`` described (classes are looked up in ``workbench`` only)."""
+    """The config ``config_to_dict`` described (classes are looked up in ``workbench`` only; a
+    field a class has ``renamed`` since is read under its name now)."""
     if isinstance(data, dict) and "__class__" in data:
         module_name, _, name = data["__class__"].rpartition(".")
         if not module_name.startswith("workbench."):
@@ -147,7 +148,10 @@ def config_from_dict(data: Any) -> Any:
                 f"a saved config names {data['__class__']!r}, outside workbench; refused"
             )
         cls = getattr(importlib.import_module(module_name), name)
-        fields = {k: config_from_dict(v) for k, v in data.items() if k != "__class__"}
+        renamed = getattr(cls, "renamed", {})  # a field's earlier name, as an old file has it
+        fields = {
+            renamed.get(k, k): config_from_dict(v) for k, v in data.items() if k != "__class__"
+        }
         init = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in fields.items() if k in init})
     if isinstance(data, dict):

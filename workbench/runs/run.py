@@ -6,7 +6,7 @@ The loop (Stooke & Abbeel 2018, https://arxiv.org/abs/1803.02811) is one step pe
     metrics = learner.update(rollout)
 
 Between steps the run applies the changes of its ``RunSettings`` (widgets write them):
-``num_actors``, ``num_envs``, ``horizon`` resize the sampler; ``num_minibatches`` sets
+``num_workers``, ``num_envs``, ``horizon`` resize the sampler; ``num_minibatches`` sets
 ``algo.config.num_minibatches``; ``learner_devices`` moves the
 learner (one device) or hands it to a data-parallel learner (several: ``learner_factory``, e.g.
 ``learners.RunLearner``). Each applied change is an event row, so plots can mark it; a change that
@@ -103,9 +103,9 @@ class Run(RunLifecycle):
 
     Args:
         env_id: gymnasium id (``"CartPole-v1"``, ``"ALE/Pong-v5"``).
-        algo: the learner (module docstring): ``PPO``, ``A2C``, or ``ReplayAgent(DQN(...))``.
+        algo: the learner (module docstring): ``PPO``, ``A2C``, or ``ReplayAgent(DQN(...), ...)``.
         sampler: ``"serial"``, ``"parallel"``, ``"batched"`` or ``"alternating"``, made with
-            ``sampling.make_sampler`` from the settings' ``num_actors`` (workers; unused by the
+            ``sampling.make_sampler`` from the settings' ``num_workers`` (unused by the
             serial sampler), ``num_envs`` (B) and ``horizon`` (T) when the loop starts.
         settings: the live settings (default ``RunSettings()``). They are the source of truth: at
             construction ``algo.config.num_minibatches`` is set from theirs (or theirs from the
@@ -153,7 +153,8 @@ class Run(RunLifecycle):
         if getattr(algo, "batch_axis", 1) == 0:
             raise TypeError(
                 f"{type(algo).__name__} learns from sampled transitions, not rollouts; give the "
-                f"run its replay: Run(env_id, ReplayAgent({type(algo).__name__}(...)), ...)"
+                f"run its replay: Run(env_id, ReplayAgent({type(algo).__name__}(...), "
+                "ReplayAgentConfig()), ...)"
             )
         config = config or RunConfig()
         self.env_id = env_id
@@ -263,7 +264,7 @@ class Run(RunLifecycle):
             self._place_learner(new.learner_devices)
 
     def _sampler_shape(self, settings: Settings) -> tuple[int | None, int, int]:
-        workers = None if self.sampler_kind == "serial" else settings.num_actors
+        workers = None if self.sampler_kind == "serial" else settings.num_workers
         return workers, settings.num_envs, settings.horizon
 
     # --- the loop's steps -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.checks import positive_int
 
@@ -30,8 +30,9 @@ __all__ = [
 class Settings:
     """One consistent set of values (an immutable snapshot)."""
 
-    num_actors: int = 2
-    """Worker processes (actors) stepping environments."""
+    num_workers: int = 2
+    """Worker processes stepping environments (the parallel sampler's; a recipe's
+    ``num_workers``). Ape-X's and SEED's actors are :class:`ActorSettings`' ``num_actors``."""
     num_envs: int = 8
     """B: environments stepped per iteration, across all actors."""
     horizon: int = 128
@@ -43,6 +44,9 @@ class Settings:
     to the learner: a run fills in its config's count (1 for a learner that takes a batch whole)."""
     learner_devices: tuple[str, ...] = ("cpu",)
     """Devices of the learner: one, or several for data-parallel learners (DDP)."""
+
+    renamed: ClassVar[dict[str, str]] = {"num_actors": "num_workers"}
+    """Settings named otherwise before, and their names now (for the error that says so)."""
 
     @property
     def batch_size(self) -> int:
@@ -56,8 +60,11 @@ class Settings:
     @classmethod
     def from_saved(cls, saved: dict[str, Any]) -> "Settings":
         """The settings a checkpoint saved. One written while the settings held the minibatch's
-        size (``minibatch_size``, before its count) is read as the count that size made."""
+        size (``minibatch_size``, before its count) is read as the count that size made, and one
+        that called the workers ``num_actors`` as ``num_workers``."""
         saved = dict(saved)
+        if "num_actors" in saved:  # the worker count's name until the runs of actors took it
+            saved["num_workers"] = saved.pop("num_actors")
         size = saved.pop("minibatch_size", None)
         if size is not None and saved.get("num_minibatches") is None:
             saved["num_minibatches"] = saved["num_envs"] * saved["horizon"] // size
@@ -67,15 +74,15 @@ class Settings:
 
     def check(self) -> None:
         """Raise ValueError, naming the fix, when the values cannot work together."""
-        for name in ("num_actors", "num_envs", "horizon", "num_minibatches"):
+        for name in ("num_workers", "num_envs", "horizon", "num_minibatches"):
             value = getattr(self, name)
             if name == "num_minibatches" and value is None:
                 continue
             positive_int(value, name)
-        if self.num_actors > self.num_envs:
+        if self.num_workers > self.num_envs:
             raise ValueError(
-                f"num_actors={self.num_actors} > num_envs={self.num_envs}: each actor needs at "
-                f"least one env. Use num_actors <= {self.num_envs} or more envs."
+                f"num_workers={self.num_workers} > num_envs={self.num_envs}: each worker needs at "
+                f"least one env. Use num_workers <= {self.num_envs} or more envs."
             )
         if self.num_minibatches is not None and self.batch_size % self.num_minibatches:
             raise ValueError(
@@ -125,7 +132,9 @@ class RunSettings:
     """
 
     def __init__(self, settings: Settings | ActorSettings | None = None, **values: Any) -> None:
-        settings = replace(settings or Settings(), **values)
+        settings = settings or Settings()
+        check_names(type(settings), values)
+        settings = replace(settings, **values)
         settings.check()
         self._lock = threading.Lock()
         self._current = settings
@@ -146,15 +155,12 @@ class RunSettings:
     def update(self, **values: Any) -> Settings:
         kind = type(self._current)
         fixed = set(getattr(kind, "fixed", ()))
-        live = [f.name for f in fields(kind) if f.name not in fixed]
-        unknown = set(values) - set(live)
-        if unknown & fixed:
+        if set(values) & fixed:
             raise ValueError(
-                f"{sorted(unknown & fixed)} cannot change while a run lives; make the run with "
-                "the value in its config."
+                f"{sorted(set(values) & fixed)} cannot change while a run lives; make the run "
+                "with the value in its config."
             )
-        if unknown:
-            raise ValueError(f"Unknown setting(s) {sorted(unknown)}; the settings are {live}.")
+        check_names(kind, values)
         if "num_minibatches" in values and values["num_minibatches"] is None:
             raise ValueError(
                 "num_minibatches=None is left to the learner only when a run is made; give a count"
@@ -224,6 +230,17 @@ class RunSettings:
 def actor_settings(num_actors: int, max_actors: int) -> RunSettings:
     """The live settings of a run of actors (Ape-X, SEED): its one live knob, the actor count."""
     return RunSettings(ActorSettings(num_actors=num_actors, max_actors=max_actors))
+
+
+def check_names(kind: type, values: dict[str, Any]) -> None:
+    """Raise ValueError, naming the settings ``kind`` has (and a renamed one's new name), when
+    ``values`` names one it does not."""
+    names = [f.name for f in fields(kind) if f.name not in getattr(kind, "fixed", ())]
+    unknown = sorted(set(values) - {f.name for f in fields(kind)})
+    if unknown:
+        renamed = getattr(kind, "renamed", {})
+        hints = "".join(f" {old} is {renamed[old]} now." for old in unknown if old in renamed)
+        raise ValueError(f"Unknown setting(s) {unknown}; the settings are {names}.{hints}")
 
 
 def check_num_actors(num_actors: Any, max_actors: int, fix: str) -> None:

@@ -139,13 +139,21 @@ class Seed(RunLifecycle):
 
     def set_num_actors(self, num_actors: int) -> None:
         """Ask for ``num_actors`` actors; the learner loop applies it at its next step."""
-        check_num_actors(num_actors, self.config.actor_limit, "raise SeedConfig.max_actors.")
-        if self.config.transport == "serial":
-            raise ValueError(
-                "the serial transport steps a fixed set of envs; use transport='local' or 'ray' "
-                "to add or remove actors while the run goes."
+        self.update_settings(num_actors=num_actors)
+
+    def update_settings(self, **values: Any) -> ActorSettings:
+        """``settings.update(**values)``: ``num_actors`` in ``[1, max_actors]`` and a transport
+        that can change it, applied by the learner loop at its next step (a panel's slider)."""
+        if "num_actors" in values:
+            check_num_actors(
+                values["num_actors"], self.config.actor_limit, "raise SeedConfig.max_actors."
             )
-        self.settings.update(num_actors=num_actors)
+            if self.config.transport == "serial":
+                raise ValueError(
+                    "the serial transport steps a fixed set of envs; use transport='local' or "
+                    "'ray' to add or remove actors while the run goes."
+                )
+        return self.settings.update(**values)
 
     def actor_pids(self) -> list[int]:
         transport = self.transport  # read once: the loop's thread sets it to None when it ends

@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from workbench.apex import Apex, ApexConfig
-from workbench.apex.recipes import APEX_CARTPOLE_AGENT
+from workbench.apex.recipes import APEX_CARTPOLE_LEARNER
 from workbench.learners import DQNConfig
 from workbench.progress import each
 from workbench.studies.curves import study_dir
@@ -30,12 +30,12 @@ __all__ = [
 
 
 def apex_cartpole_config(**changes: Any) -> ApexConfig:
-    """An ``apex.ApexConfig`` for Ape-X DQN on CartPole-v1: ``APEX_CARTPOLE_AGENT``, a dueling MLP
+    """An ``apex.ApexConfig`` for Ape-X DQN on CartPole-v1: ``APEX_CARTPOLE_LEARNER``, a dueling MLP
     (64, 64), 1,000 transitions before learning; ``changes`` replace any ``ApexConfig`` field
     (``num_actors=4``, ``max_replay_ratio=32.0``, ``model_options=...``)."""
     values: dict[str, Any] = dict(
         env_id="CartPole-v1",
-        agent=DQNConfig(**APEX_CARTPOLE_AGENT),
+        learner=DQNConfig(**APEX_CARTPOLE_LEARNER),
         model_options=dict(dueling=True, hidden=(64, 64)),
         num_actors=2,
         max_actors=16,
@@ -125,49 +125,8 @@ def apex_throughput(
             runs_dir=runs_dir,
             name=f"apex-throughput-{count}-actors",
         )
-        window: dict[str, dict] = {}
-
-        def watch(row: dict, apex: Any = apex, count: int = count, window: dict = window) -> None:
-            if "event" in row:
-                return
-            if "start" not in window:
-                if row["charts/updates"] > 0 and len(row["apex/per_actor"]) >= count:
-                    window["start"] = row
-                elif row["charts/wall_seconds"] > warmup_timeout:
-                    apex.stop(wait=False)
-            elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds:
-                window["end"] = row
-                apex.stop(wait=False)
-
-        apex.on_row(watch)
-        apex.run(seconds=warmup_timeout + seconds + 30.0)
-        if "start" not in window:
-            raise TimeoutError(
-                f"apex_throughput: the run with {count} actor(s) did not warm up within "
-                f"{warmup_timeout:g} s (every actor sending, the learner updating); the machine "
-                "may be overloaded, or raise warmup_timeout."
-            )
-        rows = [row for row in apex.metrics if "event" not in row]
-        first, last = window["start"], window.get("end", rows[-1])
-        elapsed = max(last["charts/wall_seconds"] - first["charts/wall_seconds"], 1e-9)
-        before = first["apex/per_actor"]
-        result = ApexThroughput(
-            num_actors=count,
-            transitions_per_second=(
-                last["apex/transitions_added"] - first["apex/transitions_added"]
-            )
-            / elapsed,
-            env_steps_per_second=(last["charts/env_steps"] - first["charts/env_steps"]) / elapsed,
-            updates_per_second=(last["charts/updates"] - first["charts/updates"]) / elapsed,
-            samples_per_second=(last["apex/samples_trained"] - first["apex/samples_trained"])
-            / elapsed,
-            seconds=elapsed,
-            warmup_seconds=first["charts/wall_seconds"],
-            per_actor_transitions={
-                i: actor["transitions"] - before.get(i, {}).get("transitions", 0)
-                for i, actor in sorted(last["apex/per_actor"].items())
-            },
-        )
+        first, last = measured_window(apex, count, seconds, warmup_timeout)
+        result = throughput_between(count, first, last)
         results.append(result)
         if progress:
             print(
@@ -178,6 +137,62 @@ def apex_throughput(
                 flush=True,
             )
     return results
+
+
+def measured_window(
+    apex: Apex, count: int, seconds: float, warmup_timeout: float
+) -> tuple[dict, dict]:
+    """Run ``apex`` in this thread and return the rows that open and close its measured window:
+    the first row at which all ``count`` actors had sent a block and the learner was updating,
+    and the first one ``seconds`` later (the run is stopped there). Raises TimeoutError when it
+    does not warm up within ``warmup_timeout`` seconds."""
+    window: dict[str, dict] = {}
+
+    def watch(row: dict) -> None:
+        if "event" in row:
+            return
+        if "start" not in window:
+            if row["charts/updates"] > 0 and len(row["apex/per_actor"]) >= count:
+                window["start"] = row
+            elif row["charts/wall_seconds"] > warmup_timeout:
+                apex.stop(wait=False)
+        elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds:
+            window["end"] = row
+            apex.stop(wait=False)
+
+    apex.on_row(watch)
+    apex.run(seconds=warmup_timeout + seconds + 30.0)
+    if "start" not in window:
+        raise TimeoutError(
+            f"apex_throughput: the run with {count} actor(s) did not warm up within "
+            f"{warmup_timeout:g} s (every actor sending, the learner updating); the machine "
+            "may be overloaded, or raise warmup_timeout."
+        )
+    rows = [row for row in apex.metrics if "event" not in row]
+    return window["start"], window.get("end", rows[-1])
+
+
+def throughput_between(count: int, first: dict, last: dict) -> ApexThroughput:
+    """The rates between two metric rows of a run with ``count`` actors."""
+    elapsed = max(last["charts/wall_seconds"] - first["charts/wall_seconds"], 1e-9)
+
+    def rate(key: str) -> float:
+        return (last[key] - first[key]) / elapsed
+
+    before = first["apex/per_actor"]
+    return ApexThroughput(
+        num_actors=count,
+        transitions_per_second=rate("apex/transitions_added"),
+        env_steps_per_second=rate("charts/env_steps"),
+        updates_per_second=rate("charts/updates"),
+        samples_per_second=rate("apex/samples_trained"),
+        seconds=elapsed,
+        warmup_seconds=first["charts/wall_seconds"],
+        per_actor_transitions={
+            i: actor["transitions"] - before.get(i, {}).get("transitions", 0)
+            for i, actor in sorted(last["apex/per_actor"].items())
+        },
+    )
 
 
 @dataclass

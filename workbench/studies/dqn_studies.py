@@ -1,7 +1,7 @@
 """The DQN studies of notebook 05: the family one change at a time, and large-batch DQN.
 
 * ``dqn_variants_study``: the DQN family on CartPole, each member one change to plain DQN
-  (``runs.recipes.DQN_VARIANTS``), as in Rainbow's Fig. 1;
+  (``runs.dqn_family.DQN_VARIANTS``), as in Rainbow's Fig. 1;
 * ``dqn_batch_study``: large-batch DQN at a fixed replay ratio with the learning rate scaled
   (Stooke & Abbeel 2018, Sec. 4).
 """
@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.learners import ReplayAgentConfig
 from workbench.progress import each
 from workbench.runs import Run
-from workbench.runs.recipes import DQN_BASE, DQN_VARIANTS, RECIPES, Recipe, dqn_variant
+from workbench.runs.dqn_family import DQN_BASE, DQN_VARIANTS, dqn_variant
+from workbench.runs.recipes import RECIPES, Recipe
 from workbench.studies.curves import LearningCurve, learning_curve, slug, study_dir
 from workbench.studies.pg_studies import make_recipe_run
 
@@ -69,7 +71,7 @@ def dqn_variants_study(
         run, curve = run_curve(recipe, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir)
         curve.settings = dict(
             changes=dict(changes),
-            algo=repr(run.algo.learner),
+            algo=repr(run.algo),
             updates=run.algo.num_updates,
             steps_to_target=curve.steps_to(target),
             target=target,
@@ -78,7 +80,7 @@ def dqn_variants_study(
         if progress:
             reached = curve.steps_to(target)
             print(
-                f"{label:<22} {repr(run.algo.learner):<58} "
+                f"{label:<22} {repr(run.algo):<58} "
                 f"best {max(curve.returns, default=float('nan')):5.0f}  "
                 f"to {target:g}: {f'{reached:,} steps' if reached else 'not reached':>12}  "
                 f"{curve.wall_seconds[-1] if curve.wall_seconds else 0:5.0f} s",
@@ -157,12 +159,13 @@ def dqn_batch_study(
     steps, and the target network's refresh in samples trained (``target_update_interval`` divided
     by ``k``, at least 1). Scaled: the learning rate, by ``scale_rule`` against the recipe's own
     batch size (``kernels.scaled_learning_rate``: ``"sqrt"`` multiplies it by ``sqrt(k)``,
-    ``"linear"`` by ``k``; None keeps it). ``config_changes`` replace further ``DQNConfig`` fields
-    in every run.
+    ``"linear"`` by ``k``; None keeps it). ``config_changes`` replace further ``DQNConfig`` or
+    ``ReplayAgentConfig`` fields in every run (``runs.dqn_family.dqn_variant``).
     """
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     reference = recipe.config.batch_size
-    replay_ratio = recipe.config.replay_ratio if replay_ratio is None else float(replay_ratio)
+    replay = recipe.replay or ReplayAgentConfig()
+    replay_ratio = replay.replay_ratio if replay_ratio is None else float(replay_ratio)
     runs_dir = runs_dir or study_dir("workbench-dqn-batch-")
     results = []
     for batch_size in each(batch_sizes, "DQN batch sizes", unit="run"):
@@ -175,14 +178,15 @@ def dqn_batch_study(
             batch_size=batch_size,
             replay_ratio=replay_ratio,
             target_update_interval=interval,
-            replay_capacity=max(recipe.config.replay_capacity, batch_size),
+            replay_capacity=max(replay.replay_capacity, batch_size),
         )
         if scale_rule is not None:
             changes.update(scale_learning_rate=scale_rule, reference_batch_size=reference)
         changes.update(config_changes)
         label = f"batch {batch_size}"
+        variant = dqn_variant(recipe, **changes)  # each change to the learner or its replay
         run, curve = run_curve(
-            recipe, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir, **changes
+            variant, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir
         )
         rows = [row for row in run.metrics if "event" not in row]
         first = next((row for row in rows if row.get("charts/gradient_steps", 0) > 0), None)

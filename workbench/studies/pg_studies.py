@@ -35,7 +35,7 @@ def make_recipe_run(
     seed: int = 0,
     num_envs: int | None = None,
     horizon: int | None = None,
-    num_actors: int | None = None,
+    num_workers: int | None = None,
     sampler: str | None = None,
     total_steps: int | None = None,
     name: str | None = None,
@@ -52,7 +52,7 @@ def make_recipe_run(
     gets larger minibatches (as learning-rate scaling assumes)."""
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     sampler = sampler or recipe.sampler
-    num_actors = num_actors or recipe.num_workers
+    num_workers = num_workers or recipe.num_workers
     num_envs = num_envs or recipe.num_envs
     horizon = horizon or recipe.horizon
     config = dataclasses.replace(recipe.config, **config_changes)
@@ -65,7 +65,7 @@ def make_recipe_run(
         )
     algo = dataclasses.replace(recipe, config=config).make_learner(seed)
     settings = RunSettings(
-        num_actors=num_actors,
+        num_workers=num_workers,
         num_envs=num_envs,
         horizon=horizon,
         num_minibatches=minibatches,

@@ -80,7 +80,8 @@ SAMPLES_PER_STEP = {
         entry["num_envs"] * entry["horizon"] // config.get("num_minibatches", 1)
     ),
     "Seed": seed_samples,
-    "Apex": lambda entry, config: config["agent"]["batch_size"],
+    # an Ape-X config named its learner's settings "agent" until it called them "learner"
+    "Apex": lambda entry, config: config.get("learner", config.get("agent"))["batch_size"],
     "DQN": lambda entry, config: config["batch_size"],
 }
 """Samples one gradient step trains on, by the record's run kind (``record_kind``)."""

@@ -303,7 +303,7 @@ def test_export_policy_keeps_the_weights_alone_and_load_policy_reads_both(tmp_pa
 def test_a_dqn_checkpoint_plays_as_a_q_policy_greedy_or_nearly(tmp_path):
     recipe = RECIPES["dqn-cartpole"]
     run = recipe.make_run(0, runs_dir=str(tmp_path), name="dqn")
-    run.run(env_steps=recipe.config.learning_starts + 2 * recipe.num_envs * recipe.horizon)
+    run.run(env_steps=recipe.replay.learning_starts + 2 * recipe.num_envs * recipe.horizon)
     assert run.learner.num_updates > 0
     policy = load_policy(recipe, export_policy(run.dir, tmp_path / "policy.pt"))
     assert isinstance(policy, QPolicy) and policy.epsilon == EVALUATION_EPSILON == 0.001

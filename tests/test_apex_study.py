@@ -47,8 +47,9 @@ def test_apex_cartpole_config_is_the_papers_agent_on_cartpole_and_takes_changes(
     assert (
         config.env_id == "CartPole-v1" and config.num_actors == 3 and config.learning_starts == 500
     )
-    agent = config.learner
-    assert (agent.n_step, agent.double, agent.prioritized, agent.batch_size) == (3, True, True, 64)
+    learner = config.learner  # the paper's learner; its replay is the central one, prioritized
+    assert (learner.n_step, learner.double, learner.batch_size) == (3, True, 64)
+    assert (config.priority_alpha, config.priority_beta) == (0.6, 0.4)
     assert config.model_options["dueling"] is True
     assert config.explorations(3) == actor_epsilons(3)
 

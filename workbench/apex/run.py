@@ -32,7 +32,7 @@ from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.faults import check_finite
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
-from workbench.runs.settings import ActorSettings, actor_settings, check_num_actors
+from workbench.runs.settings import ActorSettings, actor_settings
 from workbench.system import resolve_device
 
 __all__ = ["Apex"]
@@ -114,17 +114,9 @@ class Apex(RunLifecycle):
         return super().run(**limits)
 
     def set_num_actors(self, num_actors: int) -> None:
-        """Ask for ``num_actors`` actors; the learner applies it at its next step."""
+        """Ask for ``num_actors`` actors (``ActorSettings`` bounds them by ``max_actors``); the
+        learner applies it at its next step."""
         self.update_settings(num_actors=num_actors)
-
-    def update_settings(self, **values: Any) -> ActorSettings:
-        """``settings.update(**values)``: ``num_actors`` in ``[1, max_actors]``, applied by the
-        learner at its next step (a panel's slider writes here)."""
-        if "num_actors" in values:
-            check_num_actors(
-                values["num_actors"], self.config.max_actors, "raise ApexConfig.max_actors."
-            )
-        return self.settings.update(**values)
 
     def actor_pids(self) -> dict[int, int]:
         """Process ids of the actors (index -> pid) while the run goes."""

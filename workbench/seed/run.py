@@ -35,7 +35,7 @@ import torch
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
 from workbench.runs.lifecycle import Limits, RunLifecycle
 from workbench.runs.records import config_to_dict, resume_point
-from workbench.runs.settings import ActorSettings, actor_settings, check_num_actors
+from workbench.runs.settings import ActorSettings, actor_settings
 from workbench.seed.algorithms import ALGORITHMS
 from workbench.seed.config import DEFAULT_MAX_ACTORS, TRANSPORTS, SeedConfig
 from workbench.seed.learning import SeedLearning
@@ -142,12 +142,10 @@ class Seed(RunLifecycle):
         self.update_settings(num_actors=num_actors)
 
     def update_settings(self, **values: Any) -> ActorSettings:
-        """``settings.update(**values)``: ``num_actors`` in ``[1, max_actors]`` and a transport
-        that can change it, applied by the learner loop at its next step (a panel's slider)."""
+        """``settings.update(**values)`` (``ActorSettings`` bounds ``num_actors`` by the run's
+        actor limit) on a transport that can change the count, applied by the learner loop at its
+        next step (a panel's slider writes here)."""
         if "num_actors" in values:
-            check_num_actors(
-                values["num_actors"], self.config.actor_limit, "raise SeedConfig.max_actors."
-            )
             if self.config.transport == "serial":
                 raise ValueError(
                     "the serial transport steps a fixed set of envs; use transport='local' or "

@@ -4,10 +4,11 @@ head and a worker node on this machine, each with its own raylet, as two machine
 The learner and the inference server share one Ray actor on the driver's node (SEED's design:
 parameters never travel to the actors); env-only actors are Ray actors placed over both nodes.
 Specified here: an R2D2 run trains on sequences from both nodes (checked by node id), a killed
-env actor is restarted, actors are added and retired live, a stopped run resumes from its
-checkpoint, the panel steers it, a stop leaves no Ray actor behind, and (last: they remove nodes)
-SEED and Ape-X go on when the worker node with some of their actors dies, and stop with a clear
-error, then resume on the nodes left, when the node with SEED's learner or Ape-X's replay dies.
+env actor is restarted, actors are added and retired live, the panel steers it, a stop leaves no
+Ray actor behind, and (last: they remove nodes) SEED and Ape-X go on when the worker node with
+some of their actors dies, and stop with a clear error, then resume from their checkpoints on the
+nodes left (into the same metrics file; the checkpoint of the resumed run, once it ends, holds its
+counters), when the node with SEED's learner or Ape-X's replay dies.
 Notebook 10's checked cells hold the rest on two nodes: V-trace learning with actors on both
 nodes (its target at each budget; notebook 07's holds the recipe to 475 on one machine), and Ape-X
 with its replay on the node asked for, actors on both nodes, every actor feeding the one replay
@@ -141,20 +142,6 @@ def test_a_killed_env_actor_is_restarted_and_actors_come_and_go_live(two_nodes, 
     assert_no_ray_actor_left()
 
 
-def test_a_stopped_ray_run_resumes_from_its_checkpoint(two_nodes, tmp_path):
-    run = Seed(VTRACE_ON_RAY, runs_dir=tmp_path)
-    run.run(updates=20)
-    saved = run.learner_state()["learner"]["num_updates"]
-    assert saved == run.updates >= 20
-
-    resumed = Seed.from_checkpoint(run.dir)
-    assert resumed.updates == run.updates and resumed.env_steps == run.env_steps
-    resumed.run(updates=run.updates + 10)
-    assert resumed.learner_state()["learner"]["num_updates"] == resumed.updates >= saved + 10
-    assert resumed.metrics_path == run.metrics_path
-    assert_no_ray_actor_left()
-
-
 def test_the_seed_panel_steers_a_ray_run(two_nodes, tmp_path):
     from workbench.lab.system_panels import SeedPanel
 
@@ -281,7 +268,10 @@ def test_a_run_whose_learner_or_replay_node_dies_stops_and_resumes_on_the_nodes_
         assert 3 <= again.updates <= run.updates
         resumed[again] = again.updates
         again.start(updates=again.updates + 10)
+        assert again.metrics_path == run.metrics_path  # one run's rows, before and after
     for again, at_checkpoint in resumed.items():
         assert again.wait(timeout=240) == "finished"
         assert again.updates >= at_checkpoint + 10
+        # the checkpoint of a Ray run that ended holds its counters: it resumes where it stopped
+        assert type(again).from_checkpoint(again.dir).updates == again.updates
     assert_no_ray_actor_left()

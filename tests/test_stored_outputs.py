@@ -142,3 +142,39 @@ def test_refresh_reports_how_long_each_slow_cell_ran(tmp_path, monkeypatch):
     counts = stored_outputs.refresh(path, "ci", timeout=120)
     assert list(counts["slow_cells"]) == [1]  # nbval's numbering: code cells only
     assert 2 <= counts["slow_cells"][1] <= 4
+
+
+def test_refresh_cells_runs_the_set_up_and_those_cells_and_stores_only_theirs(tmp_path):
+    path = str(tmp_path / "records.ipynb")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("RECORD = 'new'"),  # the set-up
+        nbformat.v4.new_markdown_cell("A chart of the records:"),
+        nbformat.v4.new_code_cell("raise RuntimeError('a study that must not rerun')"),
+        nbformat.v4.new_code_cell(
+            "import plotly.graph_objects as go\nprint('record', RECORD)\n"
+            "go.Figure(go.Bar(x=[1], y=[RECORD.count('e')]), layout_title_text='records')"
+        ),
+    ]
+    study = nbformat.v4.new_output("stream", name="stdout", text="stored study\n")
+    notebook.cells[2].outputs = [study]
+    nbformat.write(notebook, path)
+    counts = stored_outputs.refresh_cells(path, [2], "ci", timeout=120)
+    cells = nbformat.read(path, as_version=4).cells
+    assert counts == {"figures": 1, "text": 1}
+    assert cells[2].outputs[0]["text"] == "stored study\n"  # left as it was, not executed
+    assert cells[3].outputs[0]["text"] == "record new\n"
+    assert cells[3].outputs[1]["data"]["text/plain"] == "<figure: records>"
+    assert cells[3].metadata["workbench"]["outputs"]["budget"] == "ci"
+    assert cells[0].outputs == []  # the set-up ran, its outputs are not stored
+
+
+def test_refresh_cells_refuses_a_checked_cell_and_a_cell_out_of_range(tmp_path):
+    path = str(tmp_path / "checked.ipynb")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in ("x = 1", *CELLS[:2])]
+    nbformat.write(notebook, path)
+    with pytest.raises(ValueError, match="checked by nbval"):
+        stored_outputs.refresh_cells(path, [1, 2], "ci")
+    with pytest.raises(ValueError, match="must name code cells 1-2"):
+        stored_outputs.refresh_cells(path, [3], "ci")

@@ -14,6 +14,8 @@ executes a notebook and rewrites its outputs:
 With ``figures_budget="ci"`` one execution serves both. PNGs are drawn by kaleido through the
 system's Chromium (/usr/bin/chromium, the one tests/test_browser.py drives); nothing downloads.
 The notebook's metadata records the budget, commit and machine its figures came from.
+``refresh_cells`` executes a few cells alone (a chart of the records, after a new record), each
+such cell's metadata recording where its outputs came from.
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def refresh(
     counts = {"checked": 0, "figures": 0, "text": 0, "slow_cells": {}}
     for index, (cell, checked, drawn) in enumerate(zip(code, checked_cells, figure_cells)):
         cell.metadata.pop("execution", None)
+        cell.metadata.pop("workbench", None)  # a cell refreshed alone before: now the notebook's
         seconds = cell_seconds(drawn)
         if seconds >= SLOW_CELL_SECONDS:  # what the "Expected time" line above it should say
             counts["slow_cells"][index] = round(seconds)
@@ -218,6 +221,53 @@ def refresh(
     notebook.metadata["workbench"] = {"outputs": provenance(figures_budget)}
     _, notebook = nbformat.validator.normalize(notebook)  # every cell gets its id
     nbformat.write(nbformat.from_dict(notebook), path)
+    return counts
+
+
+def refresh_cells(
+    path: str, cells: "list[int]", figures_budget: str = "ci", timeout: float = 1800
+) -> dict:
+    """Execute the notebook's first code cell (its set-up: imports, budget, paths) and code cells
+    ``cells`` (nbval's numbering) alone, in order, and store those cells' outputs as ``refresh``
+    does; the other cells keep theirs.
+
+    For cells whose outputs follow from ``data/`` and the package alone (a chart or a table of
+    the records), after a new record: a whole refresh would rerun every study. Each refreshed
+    cell's metadata records its own budget, commit and machine (``provenance``), beside the
+    notebook's. A cell that needs a variable made by a cell left out fails with its NameError;
+    a checked cell is refused (its reference outputs come from a whole execution at ci)."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    wanted = sorted(set(cells) - {0})
+    out_of_range = [i for i in wanted if not 0 < i < len(code)]
+    if not wanted or out_of_range:
+        raise ValueError(
+            f"{path}: cells {sorted(cells)} must name code cells 1-{len(code) - 1} (nbval's "
+            "numbering; cell 0, the set-up, always runs)"
+        )
+    checked = [i for i in wanted if is_checked(code[i])]
+    if checked:
+        raise ValueError(
+            f"{path}: cell(s) {checked} are checked by nbval; refresh the whole notebook "
+            "(refresh, bin/refresh-outputs) for their reference outputs"
+        )
+    part = nbformat.v4.new_notebook(metadata=notebook.metadata)
+    part.cells = [code[0], *(code[i] for i in wanted)]
+    executed, snapshot = execute(part, figures_budget, path, timeout)
+    counts = {"figures": 0, "text": 0}
+    stamp = provenance(figures_budget)
+    for index, drawn in zip(wanted, executed[1:]):
+        cell = code[index]
+        images = [png_output(figure) for figure in figures_in(drawn.outputs, snapshot)]
+        cell.outputs = kept_text(drawn.outputs) + images
+        cell.execution_count = drawn.execution_count if cell.outputs else None
+        cell.metadata.pop("execution", None)
+        cell.metadata["workbench"] = {"outputs": stamp}
+        counts["figures"] += len(images)
+        counts["text"] += any(o.output_type == "stream" for o in cell.outputs)
+    nbformat.write(notebook, path)
     return counts
 
 

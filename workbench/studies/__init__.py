@@ -1,6 +1,7 @@
 """The papers' studies, as the notebooks run them: each trains or measures, and returns rows.
 
 * ``curves``: learning curves read from runs (and waiting for a run's next row);
+* ``side_by_side``: a study's independent runs spread over the cores;
 * ``pg_studies``, ``lr_rules``, ``noise_scale``: large-batch policy gradients (Stooke & Abbeel
   2018; McCandlish et al. 2018's gradient noise scale);
 * ``dqn_studies``: the DQN family's ablations;

@@ -19,8 +19,15 @@ from workbench.runs.dqn_family import DQN_BASE, DQN_VARIANTS, dqn_variant
 from workbench.runs.recipes import RECIPES, Recipe
 from workbench.studies.curves import LearningCurve, learning_curve, slug, study_dir
 from workbench.studies.pg_studies import make_recipe_run
+from workbench.studies.side_by_side import run_side_by_side
 
-__all__ = ["DQNBatchResult", "dqn_batch_study", "dqn_variants_study", "run_curve"]
+__all__ = [
+    "DQNBatchResult",
+    "dqn_batch_study",
+    "dqn_variants_study",
+    "run_curve",
+    "variant_curve",
+]
 
 
 def run_curve(
@@ -52,12 +59,15 @@ def dqn_variants_study(
     target: float = 475.0,
     runs_dir: str | None = None,
     progress: bool = True,
+    processes: int | None = None,
 ) -> list[LearningCurve]:
     """Train each member of the DQN family for ``total_steps`` env steps, with the same seed.
 
     ``variants`` maps a label to its changes to ``base`` (default ``recipes.DQN_VARIANTS`` on
     ``recipes.DQN_BASE``, plain DQN on CartPole-v1), applied by ``recipes.dqn_variant``:
     ``{"+ double": {"double": True}}`` differs from the base only in ``DQNConfig.double``.
+    The members train side by side, one per core (``side_by_side.run_side_by_side``;
+    ``processes=1``: one after the other here): each is a one-thread run compared by env steps.
     Returns one :class:`LearningCurve` per variant, in order; ``curve.settings`` holds the
     ``changes``, the agent (``algo``), its gradient steps (``updates``) and ``steps_to_target``
     (env steps at which the last-20-episode mean first reached ``target``, or None).
@@ -65,28 +75,51 @@ def dqn_variants_study(
     variants = DQN_VARIANTS if variants is None else variants
     base = DQN_BASE if base is None else base
     runs_dir = runs_dir or study_dir("workbench-dqn-variants-")
-    curves = []
-    for label, changes in each(variants.items(), "DQN variants", unit="run"):
-        recipe = dqn_variant(base, name=base.name, **changes)
-        run, curve = run_curve(recipe, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir)
-        curve.settings = dict(
-            changes=dict(changes),
-            algo=repr(run.algo),
-            updates=run.algo.num_updates,
-            steps_to_target=curve.steps_to(target),
-            target=target,
+    jobs = [
+        (base, label, changes, total_steps, seed, target, runs_dir)
+        for label, changes in variants.items()
+    ]
+
+    def show(index: int, curve: LearningCurve) -> None:
+        reached = curve.steps_to(target)
+        print(
+            f"{curve.label:<22} {curve.settings['algo']:<58} "
+            f"best {max(curve.returns, default=float('nan')):5.0f}  "
+            f"to {target:g}: {f'{reached:,} steps' if reached else 'not reached':>12}  "
+            f"{curve.wall_seconds[-1] if curve.wall_seconds else 0:5.0f} s",
+            flush=True,
         )
-        curves.append(curve)
-        if progress:
-            reached = curve.steps_to(target)
-            print(
-                f"{label:<22} {repr(run.algo):<58} "
-                f"best {max(curve.returns, default=float('nan')):5.0f}  "
-                f"to {target:g}: {f'{reached:,} steps' if reached else 'not reached':>12}  "
-                f"{curve.wall_seconds[-1] if curve.wall_seconds else 0:5.0f} s",
-                flush=True,
-            )
-    return curves
+
+    return run_side_by_side(
+        variant_curve,
+        jobs,
+        processes=processes,
+        desc="DQN variants",
+        on_result=show if progress else None,
+    )
+
+
+def variant_curve(
+    base: Recipe,
+    label: str,
+    changes: dict[str, Any],
+    total_steps: int,
+    seed: int,
+    target: float,
+    runs_dir: str,
+) -> LearningCurve:
+    """One member of ``dqn_variants_study``: ``base`` with ``changes``, trained to
+    ``total_steps``; its curve with the member's settings."""
+    recipe = dqn_variant(base, name=base.name, **changes)
+    run, curve = run_curve(recipe, label, total_steps=total_steps, seed=seed, runs_dir=runs_dir)
+    curve.settings = dict(
+        changes=dict(changes),
+        algo=repr(run.algo),
+        updates=run.algo.num_updates,
+        steps_to_target=curve.steps_to(target),
+        target=target,
+    )
+    return curve
 
 
 @dataclass

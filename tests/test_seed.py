@@ -129,6 +129,18 @@ def test_the_episode_log_keeps_returns_per_slot():
     assert log.mean(slot=1) == 7.0 and log.episodes == 2 and log.mean(minimum=3) is None
 
 
+def test_the_episode_log_pools_an_actors_envs_in_the_order_their_games_end():
+    # R2D2's target: the actor exploring least, its envs' last games together (Ape-X's metric)
+    log = EpisodeLog(envs_per_actor=2)
+    log.on_step(step([2], [0], flags=EPISODE_DONE, episode_return=1.0))  # actor 1, env 0
+    log.on_step(step([3, 0], [0, 0], flags=EPISODE_DONE, episode_return=3.0))  # actors 1 and 0
+    log.on_step(step([2], [0], flags=EPISODE_DONE, episode_return=5.0))
+    assert log.mean(actor=1) == 3.0 and log.mean(2, actor=1) == 4.0 and log.mean(actor=0) == 3.0
+    assert log.mean(actor=2) is None
+    with pytest.raises(ValueError, match="slot or actor"):
+        log.mean(slot=2, actor=1)
+
+
 def _unroll_batch(T=4, B=2, truncated_at=None):
     rng = np.random.default_rng(0)
     batch = {

@@ -97,7 +97,7 @@ def test_each_slot_acts_with_its_actors_epsilon(tmp_path) -> None:
     np.testing.assert_allclose(epsilons[:8], expected, rtol=1e-6)
     # The slots of actors the run may add later (up to config.actor_limit) explore fully until then.
     assert len(epsilons) == run.config.slots == 32 and (epsilons[8:] == 1.0).all()
-    assert run.learning.least_exploring_slot == 6 and expected[6] == expected.min()
+    assert run.learning.least_exploring_actor == 3 and (expected[6:] == expected.min()).all()
     # One observation for every request: the greedy action is the same, so a slot's other action
     # shows up with probability epsilon / 2 (two actions).
     n = 4000

@@ -161,11 +161,13 @@ def stack_windows(
 
 
 class EpisodeLog:
-    """The raw returns of finished games, per env slot (from the requests' ``EPISODE_DONE``)."""
+    """The raw returns of finished games, per env slot and per actor (its ``envs_per_actor``
+    consecutive slots), from the requests' ``EPISODE_DONE``."""
 
-    def __init__(self, maxlen: int = 100) -> None:
-        self.maxlen = maxlen
+    def __init__(self, maxlen: int = 100, envs_per_actor: int = 1) -> None:
+        self.maxlen, self.envs_per_actor = maxlen, envs_per_actor
         self.per_slot: dict[int, deque] = {}
+        self.per_actor: dict[int, deque] = {}
         self.recent: deque = deque(maxlen=maxlen)
         self.episodes = 0
         self._new: list[float] = []  # returns since the last take_new()
@@ -179,6 +181,8 @@ class EpisodeLog:
             for i in done.tolist():
                 slot, value = int(batch.slots[i]), float(batch.episode_return[i])
                 self.per_slot.setdefault(slot, deque(maxlen=self.maxlen)).append(value)
+                actor = slot // self.envs_per_actor
+                self.per_actor.setdefault(actor, deque(maxlen=self.maxlen)).append(value)
                 self.recent.append(value)
                 self._new.append(value)
                 self.episodes += 1
@@ -192,9 +196,24 @@ class EpisodeLog:
     def on_restart(self, slots: np.ndarray) -> None:
         pass
 
-    def mean(self, last: int = 20, slot: int | None = None, minimum: int = 1) -> float | None:
-        """Mean of the last ``last`` returns (of ``slot``, or of every slot); None below
-        ``minimum``."""
+    def mean(
+        self,
+        last: int = 20,
+        slot: int | None = None,
+        minimum: int = 1,
+        *,
+        actor: int | None = None,
+    ) -> float | None:
+        """Mean of the last ``last`` returns (of ``slot``, of ``actor``'s envs, or of every
+        slot); None below ``minimum``."""
+        if slot is not None and actor is not None:
+            raise ValueError("EpisodeLog.mean: pass slot or actor, not both")
         with self._lock:
-            values = list(self.recent if slot is None else self.per_slot.get(slot, ()))[-last:]
+            if slot is not None:
+                values = list(self.per_slot.get(slot, ()))
+            elif actor is not None:
+                values = list(self.per_actor.get(actor, ()))
+            else:
+                values = list(self.recent)
+        values = values[-last:]
         return float(np.mean(values)) if len(values) >= minimum else None

@@ -84,7 +84,7 @@ class SeedLearning(ABC):
         self.obs_shape, self.num_actions = tuple(observation_space.shape), int(action_space.n)
         self.learner_config = self.learner_settings(config)
         self.num_actors = config.num_actors
-        self.episodes = EpisodeLog()
+        self.episodes = EpisodeLog(envs_per_actor=config.envs_per_actor)
         self.replay: Any = None
         """R2D2: the prioritized sequence replay; None where windows are learned as they come."""
         self.sequences_added = 0
@@ -156,9 +156,9 @@ class SeedLearning(ABC):
     # --- actors ---------------------------------------------------------------------------------
 
     @property
-    def least_exploring_slot(self) -> int:
-        """The first env of the last actor (R2D2: the one with the smallest epsilon)."""
-        return (self.num_actors - 1) * self.config.envs_per_actor
+    def least_exploring_actor(self) -> int:
+        """The last actor (R2D2: its envs share the smallest epsilon, as Ape-X's last actor)."""
+        return self.num_actors - 1
 
     def set_num_actors(self, num_actors: int) -> None:
         """The actor count changed."""
@@ -184,7 +184,7 @@ class SeedLearning(ABC):
         row = {
             "charts/num_actors": self.num_actors,
             "seed/return_least_exploring": self.episodes.mean(
-                10, slot=self.least_exploring_slot, minimum=5
+                10, actor=self.least_exploring_actor, minimum=5
             ),
             "seed/mean_batch_size": stats.get("mean_batch_size"),
             "seed/latency_p50_ms": stats.get("latency_p50_ms"),

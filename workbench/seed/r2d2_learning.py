@@ -40,7 +40,8 @@ class R2D2Learning(SeedLearning):
     settings_class = R2D2Config
     model_class = RecurrentQNetwork
     learner_class = R2D2
-    target_metric = "seed/return_least_exploring"  # the last 10 of the env exploring least
+    # the last 10 games of the actor exploring least, all its envs (Ape-X's metric)
+    target_metric = "seed/return_least_exploring"
     window_field = "stored_length"
     trained_field = "sequence_length"
 

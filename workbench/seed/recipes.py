@@ -22,7 +22,7 @@ class SeedRecipe:
     """A SEED run with its target, in the shape of ``runs.recipes.Recipe``
     (``benchmarks/learning.py`` runs every kind). ``total_steps`` is the env-step budget; the target
     is met by the rows' ``target_metric`` (V-trace: the last 20 episodes of every env; R2D2: the
-    last 10 of the env exploring least)."""
+    last 10 games of the actor exploring least)."""
 
     name: str
     config: SeedConfig
@@ -263,7 +263,8 @@ SEED_RECIPES: dict[str, SeedRecipe] = {
             total_steps=5_000_000,
             note="R2D2 through the central server on Pong sized for 2 cores: 16 sequences of "
             "10 + 40 rows an update, each trained 4 times, 4 actors on Ape-X's epsilon ladder, "
-            "precision measured at start; target met by the env exploring least (last 10 games)",
+            "precision measured at start; target met by the actor exploring least (the last 10 "
+            "games of its 8 envs)",
             measure_precision=True,
         ),
         SeedRecipe(

@@ -57,7 +57,7 @@ class Seed(RunLifecycle):
             seconds between checkpoints (``runs.checkpoints``; 0 and None: never).
 
     The ``target_metric`` of a target return: V-trace, the last 20 episodes of every env
-    (``charts/mean_return``); R2D2, the last 10 of the env exploring least
+    (``charts/mean_return``); R2D2, the last 10 games of the actor exploring least
     (``seed/return_least_exploring``).
     """
 

@@ -210,13 +210,9 @@ def refresh(
             cell.outputs, cell.execution_count = checked.outputs, checked.execution_count
             counts["checked"] += 1
             continue
-        text = kept_text(drawn.outputs)
-        images = [png_output(figure) for figure in figures_in(drawn.outputs, snapshot)]
-        # nbval refuses stored outputs without an execution count ("Unrun reference cell")
-        cell.outputs = text + images
-        cell.execution_count = drawn.execution_count if cell.outputs else None
-        counts["figures"] += len(images)
-        counts["text"] += bool(text)
+        figures, printed = store_drawn(cell, drawn, snapshot)
+        counts["figures"] += figures
+        counts["text"] += printed
     notebook.metadata.pop("widgets", None)  # a run's widget state, useless without its kernel
     notebook.metadata["workbench"] = {"outputs": provenance(figures_budget)}
     _, notebook = nbformat.validator.normalize(notebook)  # every cell gets its id
@@ -260,15 +256,24 @@ def refresh_cells(
     stamp = provenance(figures_budget)
     for index, drawn in zip(wanted, executed[1:]):
         cell = code[index]
-        images = [png_output(figure) for figure in figures_in(drawn.outputs, snapshot)]
-        cell.outputs = kept_text(drawn.outputs) + images
-        cell.execution_count = drawn.execution_count if cell.outputs else None
+        figures, printed = store_drawn(cell, drawn, snapshot)
         cell.metadata.pop("execution", None)
         cell.metadata["workbench"] = {"outputs": stamp}
-        counts["figures"] += len(images)
-        counts["text"] += any(o.output_type == "stream" for o in cell.outputs)
+        counts["figures"] += figures
+        counts["text"] += printed
     nbformat.write(notebook, path)
     return counts
+
+
+def store_drawn(cell: Any, drawn: Any, snapshot: dict) -> tuple[int, bool]:
+    """Give ``cell`` what its execution ``drawn`` printed and each figure it drew as a PNG; the
+    figures stored, and whether it printed."""
+    text = kept_text(drawn.outputs)
+    images = [png_output(figure) for figure in figures_in(drawn.outputs, snapshot)]
+    # nbval refuses stored outputs without an execution count ("Unrun reference cell")
+    cell.outputs = text + images
+    cell.execution_count = drawn.execution_count if cell.outputs else None
+    return len(images), bool(text)
 
 
 def cell_seconds(cell: Any) -> float:

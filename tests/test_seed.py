@@ -31,7 +31,7 @@ from workbench.seed import (
 )
 from workbench.seed.env_actors import EPISODE_DONE, FIRST, TERMINATED, TRUNCATED
 from workbench.seed.placement import PLACES, LearnerHost, make_host
-from workbench.seed.server import StepBatch
+from workbench.seed.server import Backpressure, StepBatch
 from workbench.seed.transports import TRANSPORTS
 
 
@@ -377,15 +377,16 @@ def test_a_v_trace_learner_owing_updates_holds_the_server_through_its_update(rat
 
 
 @pytest.mark.parametrize(
-    "ratio, queued, calls, held", [(16.0, 100, 2, [True]), (1.0, 40, 1, [False])]
+    "ratio, queued, calls, keeps_up", [(16.0, 100, 2, False), (1.0, 40, 1, True)]
 )
-def test_an_r2d2_learner_behind_counting_queued_sequences_holds_the_server_a_batch_at_a_time(
-    ratio, queued, calls, held
+def test_an_r2d2_learner_behind_stores_a_batch_a_call_and_the_server_waits_not_the_lock(
+    ratio, queued, calls, keeps_up
 ):
     # seed-r2d2-cartpole-novelocity: batches of 32, 64 sequences before the first update, a slack
-    # of 2 batches. At its ratio of 16, 100 queued sequences owe 1,600 samples: the learner holds
-    # the server's lock through each call, storing 32 at a time (the second call ends the warm-up
-    # and trains). At ratio 1 with 32 to warm up, 40 queued owe 40, within the slack of 64.
+    # of 2 batches. At its ratio of 16, 100 queued sequences owe 1,600 samples: the learner stores
+    # 32 at a time (the second call ends the warm-up and trains) and stays behind, so the server
+    # would wait; at ratio 1 with 32 to warm up, 40 queued owe 40, within the slack of 64. Either
+    # way the learner's update leaves the server's lock free for the forward pass.
     config = SEED_RECIPES["seed-r2d2-cartpole-novelocity"].config
     if ratio == 1.0:
         config = replace(config, replay_ratio=1.0, min_replay_sequences=32)
@@ -397,8 +398,53 @@ def test_an_r2d2_learner_behind_counting_queued_sequences_holds_the_server_a_bat
     seen = watch_the_lock_in_updates(learning)
     for _ in range(calls):
         learning.learn(0.0)
-    assert seen == held
+    assert seen == [False] * learning.updates and learning.updates == 1
     assert learning.assembler.queued == waiting - 32 * calls  # a batch stored per call
+    assert learning.keeps_up() is keeps_up
+
+
+def wait_in_a_thread(backpressure: Backpressure) -> tuple[threading.Thread, list[float]]:
+    """``backpressure.wait()`` in a new thread (a server's); the list gets its seconds waited."""
+    waited: list[float] = []
+
+    def server() -> None:
+        started = time.monotonic()
+        backpressure.wait()
+        waited.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=server)
+    thread.start()
+    return thread, waited
+
+
+def test_backpressure_holds_the_server_until_the_learner_catches_up_and_notifies():
+    behind = [True]
+    backpressure = Backpressure(lambda: not behind[0], max_wait=30.0)
+    thread, waited = wait_in_a_thread(backpressure)
+    thread.join(timeout=0.3)
+    assert thread.is_alive()  # held while the learner is behind
+    behind[0] = False
+    backpressure.notify()
+    thread.join(timeout=5.0)
+    assert not thread.is_alive() and 0.3 <= waited[0] < 5.0
+    assert backpressure.waited_seconds == pytest.approx(waited[0], abs=0.05)
+
+
+def test_backpressure_never_holds_the_server_longer_than_max_wait():
+    backpressure = Backpressure(lambda: False, max_wait=0.2)  # a learner that never catches up
+    thread, waited = wait_in_a_thread(backpressure)
+    thread.join(timeout=5.0)
+    assert not thread.is_alive() and 0.2 <= waited[0] < 2.0
+
+
+def test_backpressure_never_holds_the_learners_own_thread():
+    # The serial transport steps the envs in the learner's thread: waiting there would wait on
+    # itself.
+    backpressure = Backpressure(lambda: False, max_wait=30.0)
+    backpressure.notify()  # the learner's thread, from its first update on
+    started = time.monotonic()
+    backpressure.wait()
+    assert time.monotonic() - started < 1.0 and backpressure.waited_seconds == 0.0
 
 
 def test_a_serial_seed_run_is_deterministic(tmp_path):

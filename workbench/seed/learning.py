@@ -90,8 +90,8 @@ class SeedLearning(ABC):
         self.sequences_added = 0
         self.windows_learned = np.zeros(config.slots, dtype=np.int64)
         """Windows (unrolls, sequences) each slot gave the learner (R2D2: into its replay)."""
-        # Reentrant: a learner behind its replay ratio holds it through a whole update (learn),
-        # and R2D2's gradient step takes it again around the optimizer's step.
+        # Reentrant: a V-trace learner owing updates holds it through a whole update (learn), and
+        # the gradient step takes it again around the optimizer's step.
         self.lock = threading.RLock()
         self.model = self.make_model(self.obs_shape, self.num_actions, config.model_options).to(
             self.device
@@ -178,7 +178,7 @@ class SeedLearning(ABC):
         """What a run's row needs, since the last report: ``returns`` of the episodes that ended,
         and ``row``: the server's batch and latency (then reset, so each row's percentiles are its
         own interval's), the windows made (and learned from, per actor), the replay's size, the
-        least-exploring actor's return."""
+        least-exploring actor's return, the seconds the server waited for the learner (R2D2)."""
         stats = self.server.stats()
         per_actor = self.windows_learned.reshape(-1, self.config.envs_per_actor).sum(axis=1)
         row = {
@@ -192,6 +192,9 @@ class SeedLearning(ABC):
             "seed/windows": self.assembler.windows_made,
             "seed/windows_per_actor": {str(i): n for i, n in enumerate(per_actor.tolist()) if n},
             "seed/replay_size": len(self.replay) if self.replay is not None else None,
+            "seed/server_waited_seconds": None
+            if self.server.backpressure is None
+            else round(self.server.backpressure.waited_seconds, 3),
         }
         self.server.latency.reset()
         return {"returns": self.episodes.take_new(), "row": row, "updates": self.updates}

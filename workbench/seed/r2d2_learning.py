@@ -6,12 +6,13 @@ of its index (``apex.actor_epsilons``) and keeps each slot's LSTM state; the ass
 overlapping sequences of ``stored_length`` steps with the state at their start. Each new sequence
 enters a prioritized ``replay.SequenceReplay`` with its initial priority from the acting network
 (Sec. 2.3), and a ``replay.RateLimiter`` holds the sequences trained per sequence assembled at
-``SeedConfig.replay_ratio`` from both sides.
+``SeedConfig.replay_ratio`` from both sides: the learner waits for sequences, and the server (so
+every actor) waits for a learner that owes more than ``max_updates_behind`` updates
+(``server.Backpressure``), while the learner trains.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from workbench.replay import RateLimiter
 from workbench.runs.faults import check_finite
 from workbench.seed.assembler import TrajectoryAssembler, stack_windows
 from workbench.seed.learning import SeedLearning
-from workbench.seed.server import RecurrentEpsilonGreedy
+from workbench.seed.server import Backpressure, RecurrentEpsilonGreedy
 
 if TYPE_CHECKING:
     from workbench.seed.config import SeedConfig
@@ -55,6 +56,9 @@ class R2D2Learning(SeedLearning):
         super().__init__(config, device)
         self.replay = self.learner.make_replay()
         self.limiter = self.make_limiter()
+        self.in_hand = 0
+        """Sequences taken from the assembler and not yet in the replay (being prioritized)."""
+        self.server.backpressure = Backpressure(self.keeps_up)
 
     def make_learner(self) -> R2D2:
         c = self.learner_config
@@ -88,17 +92,19 @@ class R2D2Learning(SeedLearning):
         super().set_num_actors(num_actors)
         self.policy.epsilons = torch.as_tensor(self.epsilons(num_actors))
 
+    def keeps_up(self) -> bool:
+        """Whether the learner is within the slack of the ratio from below, counting the sequences
+        assembled but not yet stored (as Reverb's SampleToInsertRatio): if not, the server waits.
+        The learner stores a batch of them at a time, so the priority pass's memory stays one
+        batch's; an earlier design let the server run on while the learner prioritized, and on
+        two cores the queue grew past 20 GB in three minutes."""
+        return self.limiter.can_insert(pending=self.assembler.queued + self.in_hand)
+
     def learn(self, wait_seconds: float) -> dict[str, float] | None:
         """Stores new sequences and trains as the rate limiter allows."""
-        # The ratio from below too (as Reverb's SampleToInsertRatio): a learner behind it, counting
-        # the sequences assembled but not yet stored, holds the server's lock through this whole
-        # call (storing, prioritizing, training), so the actors wait. Holding it through the update
-        # alone let the server run while the learner prioritized, and on two cores the queue of
-        # sequences (and one priority pass over all of it) grew past 20 GB in three minutes.
-        behind = not self.limiter.can_insert(pending=self.assembler.queued)
-        with self.lock if behind else contextlib.nullcontext():
-            # Holding the lock, it never waits for a sequence: none could come.
-            return self.store_and_train(0.0 if behind else wait_seconds)
+        metrics = self.store_and_train(wait_seconds)
+        self.server.backpressure.notify()
+        return metrics
 
     def store_and_train(self, wait_seconds: float) -> dict[str, float] | None:
         c = self.learner_config
@@ -109,6 +115,7 @@ class R2D2Learning(SeedLearning):
         else:
             fresh = None if owed else self.assembler.take(1, timeout=wait_seconds)
         if fresh:
+            self.in_hand = len(fresh)
             priorities = self.learner.sequence_priorities(stack_windows(fresh))
             stored = stack_windows(fresh, time_major=False)
             np.add.at(self.windows_learned, stored["slot"], 1)
@@ -116,6 +123,7 @@ class R2D2Learning(SeedLearning):
                 {k: v for k, v in stored.items() if k in SEQUENCE_KEYS + STATE_KEYS}, priorities
             )
             self.limiter.insert(len(fresh))
+            self.in_hand = 0
             self.sequences_added += len(fresh)
         if not self.limiter.batches_allowed(c.batch_size):
             return None

@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +33,7 @@ from workbench.seed.env_actors import FIRST, REJECTED
 from workbench.system import resolve_device
 
 __all__ = [
+    "Backpressure",
     "InferenceServer",
     "LatencyStats",
     "RecurrentEpsilonGreedy",
@@ -158,6 +159,49 @@ class LatencyStats:
         return out
 
 
+class Backpressure:
+    """Actors wait for a learner that falls behind: the server asks before each forward pass.
+
+    ``ready()`` says whether the learner keeps up (R2D2: its ``RateLimiter`` admits the sequences
+    already queued). While it does not, ``wait`` holds the server (and so every actor waiting for
+    an answer) *outside* the server's lock, so the learner trains meanwhile with the forward pass
+    free to run the moment it catches up (``notify``), as Reverb's rate limiter blocks an insert
+    without stopping the sampler. Two bounds keep a wait from becoming a hang: a call from the
+    learner's own thread never waits (the serial transport steps the envs there, and the learner
+    could not catch up while it waits), and no wait lasts more than ``max_wait`` seconds (a
+    stopping run, or a learner writing a checkpoint, lets one batch through per ``max_wait``).
+    """
+
+    def __init__(self, ready: "Callable[[], bool]", max_wait: float = 1.0) -> None:
+        self.ready = ready
+        self.max_wait = float(max_wait)
+        self.learner_thread: int | None = None
+        """The thread that notifies (set by ``notify``): it never waits on itself."""
+        self.waited_seconds = 0.0
+        """Seconds the server spent waiting, since the run started."""
+        self._changed = threading.Condition()
+
+    def wait(self) -> None:
+        """Return once ``ready()``, or after ``max_wait`` seconds."""
+        if self.ready() or threading.get_ident() == self.learner_thread:
+            return
+        started = time.monotonic()
+        deadline = started + self.max_wait
+        with self._changed:
+            while not self.ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        self.waited_seconds += time.monotonic() - started
+
+    def notify(self) -> None:
+        """The learner moved on (trained a batch): a waiting server checks ``ready()`` again."""
+        self.learner_thread = threading.get_ident()
+        with self._changed:
+            self._changed.notify_all()
+
+
 class InferenceServer:
     """One forward pass per gathered batch of requests, recurrent state kept per env slot.
 
@@ -172,6 +216,8 @@ class InferenceServer:
             assemblers).
         lock: held around each forward pass; the learner holds it while it writes parameters, so
             a forward pass never sees a half-applied update.
+        backpressure: asked before each forward pass, outside the lock: while the learner falls
+            behind, the server (and the actors it answers) waits for it.
     """
 
     def __init__(
@@ -183,6 +229,7 @@ class InferenceServer:
         device: "str | torch.device" = "cpu",
         listeners: Sequence[StepListener] = (),
         lock: "threading.Lock | None" = None,
+        backpressure: Backpressure | None = None,
     ) -> None:
         positive_int(max_batch_size, "max_batch_size")
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
@@ -201,6 +248,7 @@ class InferenceServer:
             )
         self.listeners = list(listeners)
         self.lock = lock or threading.Lock()
+        self.backpressure = backpressure
         self.latency = LatencyStats()
         self.num_slots = 0
         self._state: "tuple[torch.Tensor, ...] | None" = None
@@ -234,6 +282,8 @@ class InferenceServer:
     ) -> np.ndarray:
         """Answer one batch: int64 actions ``[N]``, ``REJECTED`` for rows whose float observation
         is not finite (they are left out of the forward pass and of the listeners)."""
+        if self.backpressure is not None:
+            self.backpressure.wait()  # before the clock: it counts in each request's queue wait
         started = time.perf_counter()
         slots = np.asarray(slots, dtype=np.int64)
         if self.num_slots == 0 or (len(slots) and slots.max() >= self.num_slots):

@@ -91,9 +91,11 @@ def wall_time_figure(
     target: float | None = 18.0,
     minutes: float = 60.0,
     title: str | None = None,
+    games: str = "last 20 games",
 ) -> go.Figure:
-    """Mean return of the last 20 games against wall minutes: a colour per group (a recipe), a
-    line per curve (a seed); ``target`` and the ``minutes`` limit as dashed lines."""
+    """Mean return against wall minutes: a colour per group (a recipe), a line per curve (a
+    seed); ``target`` and the ``minutes`` limit as dashed lines. ``games``: what the records'
+    return averages (Ape-X and R2D2: the last 10 games of the actor exploring least)."""
     figure = go.Figure()
     for index, (name, curves) in enumerate(groups.items()):
         color = COLORS[index % len(COLORS)]
@@ -116,7 +118,7 @@ def wall_time_figure(
     figure.update_layout(
         title=title,
         xaxis_title="wall minutes (2 CPU cores)",
-        yaxis_title="mean return, last 20 games",
+        yaxis_title=f"mean return, {games}",
         yaxis_range=[-21.5, 21.5],
         height=420,
         margin=dict(l=60, r=20, t=60, b=50),

@@ -326,12 +326,8 @@ class InferenceServer:
                     reward=np.asarray(reward, dtype=np.float32),
                     flags=flags,
                     final_obs=obs if final_obs is None else final_obs,
-                    episode_return=np.zeros(len(slots))
-                    if episode_return is None
-                    else episode_return,
-                    episode_length=np.zeros(len(slots), np.int64)
-                    if episode_length is None
-                    else episode_length,
+                    episode_return=or_zeros(episode_return, len(slots), np.float64),
+                    episode_length=or_zeros(episode_length, len(slots), np.int64),
                     actions=chosen,
                     extras={k: v.cpu().numpy() for k, v in extras.items()},
                     state=None if state is None else tuple(s.cpu().numpy() for s in state),
@@ -348,6 +344,11 @@ class InferenceServer:
     def stats(self) -> dict[str, float]:
         """``LatencyStats.summary()`` of the requests answered so far."""
         return self.latency.summary()
+
+
+def or_zeros(values: np.ndarray | None, n: int, dtype: type) -> np.ndarray:
+    """``values``, or ``n`` zeros where a transport sent none."""
+    return np.zeros(n, dtype) if values is None else values
 
 
 class RecurrentEpsilonGreedy:

@@ -391,10 +391,12 @@ def test_an_r2d2_learner_behind_stores_a_batch_a_call_and_the_server_waits_not_t
     if ratio == 1.0:
         config = replace(config, replay_ratio=1.0, min_replay_sequences=32)
     learning = make_learning(config)
+    learning.server.backpressure.notify()  # this thread is the learner's, as in a serial run
     with SerialActors(learning.server, config.env_id, num_envs=4, seed=0) as actors:
         while learning.assembler.queued < queued:
             actors.step()
     waiting = learning.assembler.queued
+    assert learning.server.backpressure.waited_seconds == 0.0
     seen = watch_the_lock_in_updates(learning)
     for _ in range(calls):
         learning.learn(0.0)

@@ -90,7 +90,7 @@ def test_r2d2_plays_the_same_protocol_on_the_same_trunk_and_trains_dqns_rows_per
     assert r2d2.config.model_options["trunk"] == SEED.config.model_options["trunk"]
     learner = r2d2.config.learner
     stride = learner.sequence_length - learner.overlap  # a sequence starts every stride steps
-    assert r2d2.config.replay_ratio * learner.sequence_length / stride == 8.0
+    assert r2d2.config.replay_ratio * learner.sequence_length / stride == 4.0
     assert r2d2.config.max_actors == r2d2.config.num_actors == 4  # Ape-X's ladder, four rungs
 
 

@@ -25,6 +25,7 @@ from workbench.apex import (
     actor_noise_scales,
     make_learner,
 )
+from workbench.apex.exploration import returns_by_exploration
 from workbench.apex.transports.local import SharedParameters
 from workbench.learners import DQNConfig
 from workbench.runs.checkpoints import load_checkpoint_file
@@ -372,6 +373,20 @@ def test_a_gpu_learner_without_a_gpu_names_the_fix(no_gpu):
 def test_run_needs_a_limit():
     with pytest.raises(ValueError, match="updates"):
         Apex(cartpole_config()).run()
+
+
+def test_the_exploiting_return_pools_every_actor_but_the_one_exploring_most():
+    recent = {0: [-21.0] * 10, 1: [-10.0] * 4, 2: [-12.0] * 3, 3: [-14.0] * 2}
+    assert returns_by_exploration(recent, [0, 1, 2, 3]) == (None, None)  # 9 games of 1-3, 2 of 3
+    recent[3] = [-14.0] * 5
+    least, pooled = returns_by_exploration(recent, [3, 1, 0, 2])
+    assert least == -14.0 and pooled == pytest.approx((4 * -10 + 3 * -12 + 5 * -14) / 12)
+    assert returns_by_exploration(recent, []) == (None, None)
+
+
+def test_an_unknown_target_metric_names_the_choices():
+    with pytest.raises(ValueError, match="apex/return_exploiting"):
+        Apex(cartpole_config(), target_metric="apex/return")
 
 
 # --- the whole run on local processes -------------------------------------------------------------

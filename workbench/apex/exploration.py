@@ -4,11 +4,12 @@ Ape-X DPG's ladder of noise scales. SEED's R2D2 gives its actors the same epsilo
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.checks import positive_int
 
-__all__ = ["actor_epsilons", "actor_noise_scales", "check_count"]
+__all__ = ["actor_epsilons", "actor_noise_scales", "check_count", "returns_by_exploration"]
 
 
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
@@ -36,3 +37,19 @@ def actor_noise_scales(num_actors: int, high: float = 0.5, low: float = 0.05) ->
 def check_count(value: Any, name: str) -> int:
     """``value`` as an int if it is a positive integer, else a ValueError naming ``name``."""
     return positive_int(value, name)
+
+
+def returns_by_exploration(
+    recent: Mapping[int, Sequence[float]], actors: Sequence[int]
+) -> tuple[float | None, float | None]:
+    """Two readings of the greedy policy from the actors' recent game returns (``recent``: each
+    actor's last games): the actor exploring least (the highest index; at least 5 games), and
+    every actor but the one exploring most (actor 0, epsilon 0.4 in the paper's ladder; at least
+    10 games in all). The second pools 3 of 4 actors' envs, so it reads several times sooner."""
+    ordered = sorted(actors)
+    least = list(recent.get(ordered[-1], ())) if ordered else []
+    pooled = [r for i in ordered[1:] for r in recent.get(i, ())]
+    return (
+        sum(least) / len(least) if len(least) >= 5 else None,
+        sum(pooled) / len(pooled) if len(pooled) >= 10 else None,
+    )

@@ -26,6 +26,7 @@ import torch
 
 from workbench.apex.algorithms import make_learner
 from workbench.apex.config import ApexConfig
+from workbench.apex.exploration import returns_by_exploration
 from workbench.apex.transports import ApexTransport, make_transport
 from workbench.restarts import RestartSchedule
 from workbench.runs.checkpoints import CHECKPOINT_SECONDS
@@ -35,7 +36,10 @@ from workbench.runs.records import config_to_dict, resume_point
 from workbench.runs.settings import ActorSettings, actor_settings
 from workbench.system import resolve_device
 
-__all__ = ["Apex"]
+__all__ = ["Apex", "TARGET_METRICS"]
+
+TARGET_METRICS = ("apex/return_least_exploring", "apex/return_exploiting", "charts/mean_return")
+"""The row keys an Ape-X run's ``target_return`` can apply to (``Apex``'s ``target_metric``)."""
 
 
 class Apex(RunLifecycle):
@@ -48,7 +52,10 @@ class Apex(RunLifecycle):
         limits: the default limits of ``start()`` / ``run()``.
         target_metric: the row key a ``target_return`` applies to: ``"apex/return_least_exploring"``
             (the actor exploring least, its last 10 episodes, at least 5: the default for Ape-X
-            DQN) or ``"charts/mean_return"`` (the last 20 episodes of all actors; Ape-X DPG's).
+            DQN), ``"apex/return_exploiting"`` (every actor but the one exploring most, the last
+            10 episodes of each, at least 10 in all: a reading several times sooner, without the
+            epsilon-0.4 actor's games) or ``"charts/mean_return"`` (the last 20 episodes of all
+            actors; Ape-X DPG's).
         log_interval: seconds between rows.
         checkpoint_every, checkpoint_seconds: rows and wall seconds between checkpoints
             (``runs.checkpoints``; 0 and None: never; one is written when the loop ends).
@@ -75,9 +82,9 @@ class Apex(RunLifecycle):
             import_ray()  # a clear ImportError now, not when the loop starts
         if target_metric is None:
             target_metric = config.apex_algorithm.target_metric
-        if target_metric not in ("apex/return_least_exploring", "charts/mean_return"):
+        if target_metric not in TARGET_METRICS:
             raise ValueError(
-                "target_metric must be 'apex/return_least_exploring' or 'charts/mean_return', "
+                f"target_metric must be one of {', '.join(map(repr, TARGET_METRICS))}, "
                 f"got {target_metric!r}"
             )
         self.config = config
@@ -199,8 +206,7 @@ class Apex(RunLifecycle):
         self.record_episodes([r for _, r in stats["episodes"]])
         per_actor = stats["per_actor"]
         self.env_steps = self._env_steps_before + sum(a["env_steps"] for a in per_actor.values())
-        least_exploring = max(self.running_actors) if self.running_actors else None
-        greedy = self._episodes.get(least_exploring, ())
+        least_exploring, exploiting = returns_by_exploration(self._episodes, self.running_actors)
         elapsed = max(self.wall_seconds - self._last_row_wall, 1e-9)
         row = {
             **self._metrics,
@@ -209,7 +215,8 @@ class Apex(RunLifecycle):
             "apex/samples_trained": stats["sampled"],
             "apex/replay_size": stats["replay_size"],
             "apex/transitions_per_second": (stats["added"] - self._last_added) / elapsed,
-            "apex/return_least_exploring": float(np.mean(greedy)) if len(greedy) >= 5 else None,
+            "apex/return_least_exploring": least_exploring,
+            "apex/return_exploiting": exploiting,
             "apex/restarts": self.actor_restarts.count,
             "apex/per_actor": {
                 int(i): {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.course import budget
-from workbench.studies.pong_studies import live_claim, reached_by
+from workbench.studies.pong_studies import level_claim, live_claim, reached_by
 
 START = 500_000
 
@@ -84,3 +84,48 @@ def test_the_recorded_continuations_give_the_claims_notebook_09_quotes():
     fast = live_claim(record, steps_per_second=2_100, wall_seconds=seconds)
     assert (fast.env_steps, round(fast.target, 2)) == (245_760, -12.8)
     assert live_claim(record, steps_per_second=1e6, wall_seconds=seconds).env_steps == 294_912
+
+
+# --- the level claim (notebook 06's Ape-X check) ------------------------------------------------
+
+
+def levelled(seed: int, first: int, level: float, until: int = 131_072) -> dict:
+    """A run resumed at START whose first reading comes after ``first`` env steps, at ``level``,
+    then a point above it every 8,192 env steps."""
+    curve = [{"env_steps": START + s, "mean_return": None} for s in range(4_096, first, 8_192)]
+    curve += [
+        {"env_steps": START + s, "mean_return": level + (1.0 if s > first else 0.0)}
+        for s in range(first, until + 1, 8_192)
+    ]
+    return {"seed": seed, "resumed_at_env_steps": START, "curve": curve}
+
+
+def level_record(*runs: dict) -> dict:
+    return {"recipes": {"apex-dqn-pong-fast": {"runs": list(runs)}}}
+
+
+def test_the_level_claim_waits_for_every_continuations_first_reading_and_a_quarter_more():
+    record = level_record(levelled(0, 52_000, -11.0), levelled(1, 57_200, -13.6))
+    claim = level_claim(record, margin=1.5)
+    assert claim.first_steps == 57_200
+    assert claim.env_steps == 73_728  # 57,200 x 1.25 = 71,500, up to the grid
+    assert claim.limit == START + 73_728
+    assert claim.first_returns == (-11.0, -13.6)
+
+
+def test_the_level_claim_is_the_lowest_best_reading_by_then_less_the_margin():
+    record = level_record(levelled(0, 52_000, -11.0), levelled(1, 57_200, -13.6))
+    claim = level_claim(record, margin=1.5)
+    # by 73,728: seed 0 reached -10 (its first reading, then a point above), seed 1 -12.6
+    assert claim.target == pytest.approx(-12.6 - 1.5)
+    assert "-14.1 within 73,728 more" in claim.describe()
+
+
+def test_a_continuation_without_a_reading_gives_no_level_claim():
+    with pytest.raises(ValueError, match="no reading"):
+        level_claim(level_record(levelled(0, 200_000, -11.0)), margin=1.0)
+
+
+def test_continuations_too_short_for_the_level_claim_are_refused():
+    with pytest.raises(ValueError, match="record longer ones"):
+        level_claim(level_record(levelled(0, 100_000, -11.0, until=110_000)), margin=1.0)

@@ -71,6 +71,9 @@ class Budget:
     """Wall-clock limit of that run."""
     apex_live_seconds: float
     """Wall-clock limit of notebook 06's live Ape-X run (its cells stop it sooner)."""
+    apex_pong_live_seconds: float
+    """Wall-clock bound of notebook 06's live Pong continuation: its claim is in env steps
+    (``studies.pong_studies.level_claim``), so this only stops a machine too slow for it."""
     seed_actor_counts: tuple[int, ...]
     """Actor counts of notebook 07's SEED-against-IMPALA throughput plot (Pong, NatureCNN)."""
     seed_measure_seconds: float
@@ -168,6 +171,7 @@ _BUDGETS = {
         apex_target_return=200.0,
         apex_max_seconds=300.0,
         apex_live_seconds=120.0,
+        apex_pong_live_seconds=900.0,
         seed_actor_counts=(1, 4),
         seed_measure_seconds=2.0,
         seed_latency_actors=4,
@@ -223,6 +227,7 @@ _BUDGETS = {
         apex_target_return=475.0,
         apex_max_seconds=900.0,
         apex_live_seconds=900.0,
+        apex_pong_live_seconds=900.0,
         seed_actor_counts=(1, 2, 4, 8, 16),
         seed_measure_seconds=10.0,
         seed_latency_actors=8,

@@ -13,6 +13,10 @@ continuation of that checkpoint had reached by then
 the cell's wall budget at the speed its first seconds measured (``steps_per_second_after``), but
 never fewer than the recorded continuations needed to climb ``least_gain`` points: on a slow CPU
 the claim keeps its meaning and the cell takes longer.
+
+``level_claim`` is the claim where a climb does not fit a notebook cell (Ape-X on two cores climbs
+a point in about 190k env steps): the level every recorded continuation held once its first
+games ended, less a margin, within a fixed count of env steps.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from workbench.runs import RunLifecycle
 from workbench.studies.curves import LearningCurve, wait_for_row
 
 __all__ = [
+    "LevelClaim",
     "LiveClaim",
     "first_crossing",
+    "level_claim",
     "levers_figure",
     "live_claim",
     "load_json",
@@ -278,6 +284,77 @@ def live_claim(
         least_steps=least,
         steps_per_second=steps_per_second,
         wall_seconds=wall_seconds,
+    )
+
+
+@dataclass(frozen=True)
+class LevelClaim:
+    """What a continuation of a recorded checkpoint must hold: from ``start`` env steps, a reading
+    of at least ``target`` within ``env_steps`` more (``level_claim``)."""
+
+    start: int
+    env_steps: int
+    target: float
+    first_steps: int
+    """Env steps after which every recorded continuation had its first reading."""
+    first_returns: tuple[float, ...]
+    """The recorded continuations' first readings (the checkpoint's level, seed by seed)."""
+
+    @property
+    def limit(self) -> int:
+        """The run's env-step limit (its counter continues the checkpoint's)."""
+        return self.start + self.env_steps
+
+    def describe(self) -> str:
+        firsts = ", ".join(f"{r:+.1f}" for r in self.first_returns)
+        return (
+            f"from the checkpoint at {self.start:,} env steps: reach {self.target:+.1f} within "
+            f"{self.env_steps:,} more (the recorded continuations first read {firsts}, each within "
+            f"{self.first_steps:,})"
+        )
+
+
+def level_claim(
+    continuations: dict[str, Any], *, margin: float, slack: float = 0.25, grid: int = 8_192
+) -> LevelClaim:
+    """The level claim for a continuation of the checkpoint ``continuations`` (a
+    ``benchmarks/learning.py --resume-from`` record, one recipe) continued at several seeds.
+
+    N = the env steps by which every recorded continuation had its first reading, ``slack`` more
+    (a live run's games end at their own pace), on the ``grid``; the target is the least best
+    reading the recorded continuations reached within N, minus ``margin``."""
+    (recipe,) = continuations["recipes"].values()
+    runs = recipe["runs"]
+    starts = {run.get("resumed_at_env_steps") for run in runs}
+    if len(starts) != 1 or None in starts:
+        raise ValueError(
+            "the record's runs must continue one checkpoint (benchmarks/learning.py "
+            f"--resume-from): resumed_at_env_steps {sorted(starts, key=str)}"
+        )
+    (start,) = starts
+    firsts = []
+    for run in runs:
+        first = next((p for p in run["curve"] if p["mean_return"] is not None), None)
+        if first is None:
+            raise ValueError(
+                f"the continuation at seed {run.get('seed')} has no reading in "
+                f"{run['curve'][-1]['env_steps'] - start:,} env steps; record a longer one"
+            )
+        firsts.append(first)
+    first_steps = max(p["env_steps"] for p in firsts) - start
+    steps = math.ceil(first_steps * (1 + slack) / grid) * grid
+    shortest = min(run["curve"][-1]["env_steps"] for run in runs) - start
+    if steps > shortest:
+        raise ValueError(
+            f"the claim needs {steps:,} env steps of every recorded continuation; the shortest "
+            f"ran {shortest:,}: record longer ones"
+        )
+    return LevelClaim(
+        start=start,
+        env_steps=steps,
+        target=min(reached_by(run, start + steps) for run in runs) - margin,
+        first_steps=first_steps,
+        first_returns=tuple(p["mean_return"] for p in firsts),
     )
 
 

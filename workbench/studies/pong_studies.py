@@ -37,6 +37,7 @@ from workbench.studies.curves import LearningCurve, wait_for_row
 __all__ = [
     "LevelClaim",
     "LiveClaim",
+    "continued_runs",
     "first_crossing",
     "level_claim",
     "levers_figure",
@@ -230,6 +231,22 @@ def reached_by(run: dict[str, Any], env_steps: int) -> float | None:
     return max(values) if values else None
 
 
+def continued_runs(continuations: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The runs of a ``benchmarks/learning.py --resume-from`` record (one recipe) and the env steps
+    of the checkpoint they all continued; a record whose runs continued different checkpoints (or
+    none) is refused."""
+    (recipe,) = continuations["recipes"].values()
+    runs = recipe["runs"]
+    starts = {run.get("resumed_at_env_steps") for run in runs}
+    if len(starts) != 1 or None in starts:
+        raise ValueError(
+            "the record's runs must continue one checkpoint (benchmarks/learning.py "
+            f"--resume-from): resumed_at_env_steps {sorted(starts, key=str)}"
+        )
+    (start,) = starts
+    return runs, start
+
+
 def live_claim(
     continuations: dict[str, Any],
     *,
@@ -246,15 +263,7 @@ def live_claim(
     ``least_steps`` by which every recorded continuation climbed ``least_gain`` points above the
     checkpoint's level and at most the shortest recorded continuation; the target is the least
     best return the recorded continuations reached within N, minus ``margin``."""
-    (recipe,) = continuations["recipes"].values()
-    runs = recipe["runs"]
-    starts = {run.get("resumed_at_env_steps") for run in runs}
-    if len(starts) != 1 or None in starts:
-        raise ValueError(
-            "the record's runs must continue one checkpoint (benchmarks/learning.py "
-            f"--resume-from): resumed_at_env_steps {sorted(starts, key=str)}"
-        )
-    (start,) = starts
+    runs, start = continued_runs(continuations)
     first = [
         next(p["mean_return"] for p in run["curve"] if p["mean_return"] is not None) for run in runs
     ]
@@ -323,15 +332,7 @@ def level_claim(
     N = the env steps by which every recorded continuation had its first reading, ``slack`` more
     (a live run's games end at their own pace), on the ``grid``; the target is the least best
     reading the recorded continuations reached within N, minus ``margin``."""
-    (recipe,) = continuations["recipes"].values()
-    runs = recipe["runs"]
-    starts = {run.get("resumed_at_env_steps") for run in runs}
-    if len(starts) != 1 or None in starts:
-        raise ValueError(
-            "the record's runs must continue one checkpoint (benchmarks/learning.py "
-            f"--resume-from): resumed_at_env_steps {sorted(starts, key=str)}"
-        )
-    (start,) = starts
+    runs, start = continued_runs(continuations)
     firsts = []
     for run in runs:
         first = next((p for p in run["curve"] if p["mean_return"] is not None), None)

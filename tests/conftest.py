@@ -35,19 +35,6 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
 
 
-def pytest_report_header(config):
-    """Which CPU ran the suite: its timings and the levers recipes choose depend on it."""
-    from workbench.system import machine_info
-
-    m = machine_info()
-    flags = " ".join(m.cpu_flags) or "none of note"
-    caps = f", caps {' '.join(m.isa_caps)}" if m.isa_caps else ""
-    return (
-        f"machine: {m.cpu_model}, {m.cores} cores, {m.memory_gib} GiB; CPU flags: {flags}; "
-        f"torch {m.torch} kernels: {m.torch_cpu_capability}{caps}"
-    )
-
-
 def pytest_sessionstart(session):
     """Python's own SIGINT handler, whatever the launcher left: a shell that starts the suite in the
     background (``cmd &``) hands it SIGINT ignored, and the Ctrl-C tests need the handler a kernel
@@ -57,38 +44,27 @@ def pytest_sessionstart(session):
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-class FileSeconds:
-    """Where the suite's time went, per test file and notebook (setup, call and teardown), printed
-    after the run: the figures each CPU's suite time is cut by (``docs/long_checks.md``). A plugin
-    of its own, not conftest hooks, so that it also sees the notebooks' items."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def pytest_runtest_logreport(self, report) -> None:
-        path = report.nodeid.split("::")[0]
-        self.seconds[path] = self.seconds.get(path, 0.0) + report.duration
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.seconds:
-            return
-        terminalreporter.section("seconds per file")
-        for path, seconds in sorted(self.seconds.items(), key=lambda item: -item[1]):
-            terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
-        terminalreporter.write_line(f"{sum(self.seconds.values()):8.1f} s  in all")
-        # CI's log should say which CPU these seconds come from: the same suite takes 1.5x as
-        # long on an AVX2-only EPYC as on an AVX-512 bf16 one.
-        from workbench.system import machine_info
-
-        info = machine_info()
-        terminalreporter.write_line(
-            f"on {info.cpu_model}, {info.cores} cores, CPU flags {' '.join(info.cpu_flags)}, "
-            f"torch kernels {info.torch_cpu_capability}"
-        )
+RAY_FILES = {
+    "test_apex_transports.py",
+    "test_central_inference.py",
+    "test_cluster.py",
+    "test_scale_out.py",
+    "test_seed.py",
+    "test_seed_ray.py",
+    "test_seed_transports.py",
+}
+"""Test files that start Ray or count its processes machine-wide (``processes.ray_actor_pids``):
+two of them side by side would see each other's actors."""
 
 
-def pytest_configure(config):
-    config.pluginmanager.register(FileSeconds(), "workbench-file-seconds")
+def pytest_collection_modifyitems(config, items):
+    """With ``-n 2 --dist loadgroup`` (``bin/test``'s unit-test phase) a file runs whole on one
+    worker (its module fixtures, such as one Ray start, set up once), and the Ray files run one
+    after another on the same worker."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = "ray" if path.rsplit("/", 1)[-1] in RAY_FILES else path
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def start_private_ray(start, **options):

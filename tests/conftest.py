@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import torch
+from processes import start_private_ray
 
 from workbench.cluster import LOOPBACK_SWITCH
 
@@ -65,21 +65,6 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::")[0]
         group = "ray" if path.rsplit("/", 1)[-1] in RAY_FILES else path
         item.add_marker(pytest.mark.xdist_group(group))
-
-
-def start_private_ray(start, **options):
-    """``start(**options)`` (``cluster.local_ray`` or ``cluster.simulated_cluster``), once more if
-    the raylet missed Ray's fixed start window on a loaded machine."""
-    from workbench import cluster
-
-    for attempt in range(2):
-        try:
-            return start(**options)
-        except Exception as error:
-            cluster.shutdown()
-            if attempt or "timed out" not in str(error).lower():
-                raise
-            time.sleep(2)
 
 
 @pytest.fixture(scope="module")

@@ -69,3 +69,18 @@ def first_line(process: subprocess.Popen, seconds: float) -> str:
         stderr = process.stderr.read() if process.poll() is not None else ""
         raise AssertionError(f"the holder printed nothing in {seconds:.0f} s: {stderr[-3000:]}")
     return box[0]
+
+
+def start_private_ray(start, **options):
+    """``start(**options)`` (``cluster.local_ray`` or ``cluster.simulated_cluster``), once more if
+    the raylet missed Ray's fixed start window on a loaded machine."""
+    from workbench import cluster
+
+    for attempt in range(2):
+        try:
+            return start(**options)
+        except Exception as error:
+            cluster.shutdown()
+            if attempt or "timed out" not in str(error).lower():
+                raise
+            time.sleep(2)

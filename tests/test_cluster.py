@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import start_private_ray
+from processes import start_private_ray
 
 ray = pytest.importorskip("ray", reason='Ray needs pip install "workbench[distributed]"')
 

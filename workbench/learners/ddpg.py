@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -79,6 +79,13 @@ class DDPGConfig:
     target_update_interval: int = 1
     max_grad_norm: float | None = None
     """Clip each network's global gradient norm (None: no clipping, as in DDPG)."""
+
+    retired: ClassVar[frozenset[str]] = frozenset(
+        {"replay_ratio", "replay_capacity", "learning_starts", "noise_scale", "prioritized"}
+        | {"priority_alpha", "priority_beta_start", "priority_eps"}
+    )
+    """Fields a saved DDPGConfig may have from before they moved to ``ReplayAgentConfig`` (and
+    Ape-X DPG's ``ApexConfig``): ``config_from_dict`` leaves them out."""
 
     def __post_init__(self) -> None:
         for name in ("n_step", "batch_size", "target_update_interval"):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -89,6 +89,15 @@ class DQNConfig(Precision):
     """None, ``"linear"`` or ``"sqrt"``: scale ``learning_rate`` with ``batch_size`` against
     ``reference_batch_size`` (Stooke & Abbeel 2018, Sec. 4; ``kernels.scaled_learning_rate``)."""
     reference_batch_size: int | None = None
+
+    retired: ClassVar[frozenset[str]] = frozenset(
+        {"replay_ratio", "replay_capacity", "learning_starts", "prioritized", "priority_alpha"}
+        | {"priority_beta_start", "priority_eps", "epsilon_start", "epsilon_end"}
+        | {"exploration_fraction"}
+    )
+    """Fields a saved DQNConfig may have from before they moved to ``ReplayAgentConfig`` (the
+    loop's replay and exploration; Ape-X's are ``ApexConfig``'s): ``config_from_dict`` leaves
+    them out."""
 
     def __post_init__(self) -> None:
         self.check_fields()

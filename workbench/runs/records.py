@@ -140,7 +140,9 @@ def config_to_dict(config: Any) -> Any:
 
 def config_from_dict(data: Any) -> Any:
     """The config ``config_to_dict`` described (classes are looked up in ``workbench`` only; a
-    field a class has ``renamed`` since is read under its name now)."""
+    field a class has ``renamed`` since is read under its name now, and one it has ``retired``,
+    moved to another config, is left out). Any other field is refused with a ``ValueError`` that
+    names it and the class's fields: a mistyped or foreign field is never dropped unseen."""
     if isinstance(data, dict) and "__class__" in data:
         module_name, _, name = data["__class__"].rpartition(".")
         if not module_name.startswith("workbench."):
@@ -153,6 +155,13 @@ def config_from_dict(data: Any) -> Any:
             renamed.get(k, k): config_from_dict(v) for k, v in data.items() if k != "__class__"
         }
         init = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(fields) - init - set(getattr(cls, "retired", ())))
+        if unknown:
+            raise ValueError(
+                f"a saved {name} has field(s) {unknown} that {name} does not have (its fields: "
+                f"{sorted(init)}); a field that moved to another config belongs in {name}.retired, "
+                "a renamed one in its renamed"
+            )
         return cls(**{k: v for k, v in fields.items() if k in init})
     if isinstance(data, dict):
         return {k: config_from_dict(v) for k, v in data.items()}

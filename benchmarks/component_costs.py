@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import record  # this folder is sys.path[0] when the script runs
 
@@ -166,6 +167,52 @@ def env_rows(threads: list[int], seconds: float) -> list[dict]:
     return rows
 
 
+def transport_row(seconds: float) -> dict:
+    """What one request to SEED's inference server costs through the local transport (a pipe
+    write each way, the observation in shared memory, the server's batching), measured with the
+    real transport on CartPole, where the env step and the forward pass are small and are
+    measured alone and taken out: ``request_seconds = (1 / steps_per_second - t_env - t_forward)
+    / 2``, one actor, so nothing waits for another."""
+    import gymnasium as gym
+    import torch
+
+    from workbench.measure.central_inference import SeedSettings, make_model, measure_seed
+    from workbench.measure.throughput import measure_inference
+
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+        steps += 1
+    env_seconds = (time.perf_counter() - started) / steps
+    model = make_model("CartPole-v1")
+    forward = measure_inference(model, (4,), 1, seconds, num_threads=1)
+    forward_seconds = 1 / forward.steps_per_second
+    with torch.no_grad():
+        served = measure_seed(
+            "CartPole-v1", 1, max(seconds, 1.0), settings=SeedSettings(timeout=0.0), warmup=0.5
+        )
+    cycle = 1 / served.steps_per_second
+    row = {
+        "env": "CartPole-v1",
+        "env_seconds": env_seconds,
+        "forward_seconds": forward_seconds,
+        "served_steps_per_second": served.steps_per_second,
+        "cycle_seconds": cycle,
+        "request_seconds": max((cycle - env_seconds - forward_seconds) / 2, 0.0),
+    }
+    print(
+        f"transport local: CartPole env {1e6 * env_seconds:.1f} us, forward "
+        f"{1e6 * forward_seconds:.1f} us, served {served.steps_per_second:,.0f} steps/s: "
+        f"{1e6 * row['request_seconds']:.1f} us per request at each end",
+        flush=True,
+    )
+    return row
+
+
 def copy_rows(device, seconds: float) -> list[dict]:
     import time
 
@@ -220,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if device.type == "cpu":
         figures["env"] = env_rows(threads, args.seconds)
+        figures["transport"] = transport_row(args.seconds)
     else:
         figures["copy"] = copy_rows(device, args.seconds)
     ratios = {}

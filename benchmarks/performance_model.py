@@ -1,0 +1,168 @@
+"""The performance model on this machine: calibrate it, measure the systems it predicts, compare.
+
+    .venv/bin/python benchmarks/performance_model.py                # about 4 minutes, alone
+    .venv/bin/python benchmarks/performance_model.py --seconds 0.2 --actors 1 2 --out /tmp/x.json
+
+One run, side by side on one machine:
+
+1. **Calibrate**: what each part costs here (``component_costs.py``'s rows: a forward pass and a
+   gradient step against their batch on 1 and <cores> torch threads, Pong stepping on 1 and
+   <cores> threads, one request through SEED's local transport), for the NatureCNN on 84x84 Pong.
+2. **Measure** the systems the model predicts, with the package's own measurement code: the
+   samplers of ``benchmarks/sampler_throughput.py`` (serial, parallel, batched, alternating on
+   Pong), and SEED against IMPALA-style actors at each actor count
+   (``measure.central_inference``, as ``benchmarks/central_inference.py``).
+3. **Predict** each system from step 1's costs alone (``measure.performance_model``) and state
+   the error of every figure (``measure.model_validation``): env steps/s, and for SEED the
+   server's mean batch and latency.
+
+Writes ``--out`` (JSON: command, commit, machine with its instruction sets, the costs, the
+systems, the validation rows) and ends with ``ratios: worst_error=<x> within_20pct=<y>`` (the
+largest |predicted / measured - 1| of the throughputs, and the share of them within 20%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import component_costs  # this folder is sys.path[0] when the script runs
+import record
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+NETWORK = "nature-84"
+ENV_ID = "ALE/Pong-v5"
+SAMPLERS: list[tuple[str, dict, int]] = [
+    ("serial", {"num_envs": 16}, 1),
+    ("serial", {"num_envs": 64}, 2),
+    ("parallel", {"num_workers": 2, "num_envs": 64}, 1),
+    ("parallel", {"num_workers": 4, "num_envs": 64}, 1),
+    ("batched", {"num_workers": 2, "num_envs": 64}, 2),
+    ("alternating", {"num_workers": 2, "num_envs": 64}, 1),
+]
+"""(kind, settings, torch threads of the sampling process): sampler_throughput.py's layouts."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per system figure")
+    parser.add_argument(
+        "--cost-seconds", type=float, default=0.5, help="seconds per component figure"
+    )
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--horizon", type=int, default=64, help="the samplers' rollout length")
+    parser.add_argument("--out", default=None, help="default data/performance_model_cpu.json")
+    args = parser.parse_args(argv)
+    if not (args.seconds > 0 and args.cost_seconds > 0) or min(args.actors) < 1:
+        parser.error("--seconds and --cost-seconds must be positive, --actors at least 1.")
+    return args
+
+
+def calibrate(seconds: float, cores: int) -> dict:
+    import torch
+
+    threads = sorted({1, cores})
+    device = torch.device("cpu")
+    return {
+        "device": "cpu",
+        "machine": {"cores": cores, "cpu_model": record_machine().cpu_model},
+        "inference": component_costs.inference_rows(device, threads, seconds),
+        "learning": component_costs.learning_rows(device, threads, seconds),
+        "env": component_costs.env_rows(threads, seconds),
+        "transport": component_costs.transport_row(seconds),
+    }
+
+
+def record_machine():
+    from workbench.system import machine_info
+
+    return machine_info()
+
+
+def measure_samplers(seconds: float, horizon: int) -> list[dict]:
+    from workbench.measure import throughput
+    from workbench.measure.central_inference import make_model
+    from workbench.sampling import make_sampler
+
+    model = make_model(ENV_ID)
+    rows = []
+    for kind, settings, threads in SAMPLERS:
+        with make_sampler(kind, ENV_ID, horizon=horizon, seed=0, **settings) as sampler:
+            measured = throughput.measure_sampler(sampler, model, seconds, num_threads=threads)
+        setting = ", ".join(f"{k}={v}" for k, v in settings.items()) + f", torch={threads}"
+        rows.append(
+            {
+                "system": kind,
+                "setting": setting,
+                "settings": {**settings, "torch_threads": threads, "horizon": horizon},
+                "steps_per_second": measured.steps_per_second,
+            }
+        )
+        print(f"{kind:>12} {setting:<40} {measured.steps_per_second:>9,.0f} steps/s", flush=True)
+    return rows
+
+
+def measure_central_inference(seconds: float, actors: list[int]) -> list[dict]:
+    from workbench.measure.central_inference import SeedSettings, central_inference_study
+
+    settings = SeedSettings()
+    rows = []
+    for study in central_inference_study(actors, seconds, ENV_ID, settings=settings):
+        n = study.num_actors
+        for result in (study.seed, study.impala):
+            row = {
+                "system": result.system,
+                "setting": f"{n} actors",
+                "settings": {"num_actors": n},
+                "steps_per_second": result.steps_per_second,
+                "cpu_ms_per_step": result.cpu_ms_per_step,
+            }
+            if result.system == "seed":
+                row["settings"]["timeout"] = settings.timeout_for(n)
+                row["mean_batch_size"] = result.latency.get("mean_batch_size")
+                row["latency_p50_ms"] = result.latency.get("latency_p50_ms")
+            rows.append(row)
+            print(
+                f"{result.system:>12} {n:>3} actors {result.steps_per_second:>9,.0f} steps/s",
+                flush=True,
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from workbench.measure.model_validation import TOLERANCE, validation_rows
+    from workbench.system import usable_cores
+
+    recording = record.Recording("performance_model")
+    cores = usable_cores()
+    costs = calibrate(args.cost_seconds, cores)
+    systems = measure_samplers(args.seconds, args.horizon)
+    systems += measure_central_inference(args.seconds, args.actors)
+    rows = validation_rows(costs, systems, NETWORK)
+    print(f"\n{'system':>12} {'setting':<40} {'quantity':<12} {'measured':>10} {'model':>10} error")
+    for row in rows:
+        print(
+            f"{row.system:>12} {row.setting:<40} {row.quantity:<12} {row.measured:>10,.1f} "
+            f"{row.predicted:>10,.1f} {row.error:+.0%} ({row.bottleneck})"
+        )
+    throughputs = [row for row in rows if row.quantity == "env steps/s"]
+    ratios = {
+        "worst_error": max(abs(row.error) for row in throughputs),
+        "within_20pct": sum(abs(row.error) <= TOLERANCE for row in throughputs) / len(throughputs),
+    }
+    figures = {
+        "network": NETWORK,
+        "env_id": ENV_ID,
+        "costs": costs,
+        "systems": systems,
+        "validation": [row.as_dict() for row in rows],
+    }
+    recording.finish(figures, ratios, args.out or "data/performance_model_cpu.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

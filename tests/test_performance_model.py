@@ -1,0 +1,277 @@
+"""The performance model's pieces against cases worked by hand: one actor, one server, no
+contention, and the bounds that bind when one resource runs out."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.measure import performance_model as model
+from workbench.measure.costs import Curve, DeviceCosts, MachineCosts, machine_costs
+from workbench.measure.model_validation import ValidationRow, validation_rows
+
+MS = 1e-3
+
+
+def flat(seconds: float) -> Curve:
+    """A call that costs ``seconds`` at any batch up to 1024 (a device with room to spare)."""
+    return Curve(((1, seconds), (1024, seconds)))
+
+
+def per_item(seconds: float) -> Curve:
+    """A call that costs ``seconds`` per item (no gain from batching)."""
+    return Curve(((1, seconds), (1024, 1024 * seconds)))
+
+
+def machine(cores=2, env_ms=1.0, inference=None, update=None, request_ms=0.0, **kw):
+    inference = inference or per_item(1 * MS)
+    update = update or per_item(0.1 * MS)
+    cpu = DeviceCosts("cpu", inference, update)
+    return MachineCosts(
+        name="hand-made",
+        cores=cores,
+        env_seconds=env_ms * MS,
+        env_all_seconds=env_ms * MS / cores,
+        cpu_one=cpu,
+        cpu_all=cpu,
+        threads_all=cores,
+        obs_bytes=4 * 84 * 84,
+        request_seconds=request_ms * MS,
+        **kw,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Curves
+
+
+def test_a_curve_reads_measured_points_exactly_and_between_them_on_log_log_axes():
+    curve = Curve(((1, 1.0), (100, 10.0)))
+    assert curve(1) == 1.0 and curve(100) == 10.0
+    assert curve(10) == pytest.approx(10**0.5)  # halfway on log axes: sqrt(1 * 10)
+
+
+def test_a_curve_costs_its_smallest_batch_below_it_and_its_last_rate_beyond_it():
+    curve = Curve(((4, 2.0), (16, 4.0)))
+    assert curve(1) == 2.0
+    assert curve(32) == pytest.approx(8.0)  # 0.25 s per item, as at 16
+    assert curve.per_item(16) == pytest.approx(0.25)
+
+
+def test_a_curve_from_rates_turns_items_per_second_into_seconds_per_call():
+    assert Curve.from_rates([(8, 1000.0)])(8) == pytest.approx(0.008)
+
+
+def test_a_curve_refuses_no_points_and_non_positive_ones():
+    with pytest.raises(ValueError, match="at least one"):
+        Curve(())
+    with pytest.raises(ValueError, match="positive"):
+        Curve(((0, 1.0),))
+
+
+# --------------------------------------------------------------------------------------------------
+# IMPALA and SEED
+
+
+def test_one_impala_actor_steps_at_one_over_its_env_step_plus_a_batch_1_forward_pass():
+    prediction = model.impala_actors(machine(env_ms=1.0, inference=per_item(1 * MS)), 1)
+    assert prediction.env_steps_per_second == pytest.approx(500.0)  # 1 / (1 ms + 1 ms)
+    assert prediction.bottleneck == "actors"
+
+
+def test_impala_actors_beyond_the_cores_share_them():
+    costs = machine(cores=2, env_ms=1.0, inference=per_item(1 * MS))
+    eight = model.impala_actors(costs, 8)
+    assert eight.env_steps_per_second == pytest.approx(1000.0)  # 2 cores / 2 ms
+    assert eight.bottleneck == "cores"
+
+
+def test_one_seed_actor_waits_for_its_own_request_end_to_end():
+    # R0 = t_env + 2 requests + a batch-1 forward pass; the server serves a batch of one.
+    costs = machine(cores=4, env_ms=1.0, inference=flat(1 * MS), request_ms=0.25)
+    prediction = model.seed(costs, 1)
+    assert prediction.env_steps_per_second == pytest.approx(1 / (2.5 * MS))
+    assert prediction.server_batch == pytest.approx(1.0)
+    assert prediction.bottleneck == "actors"
+
+
+def test_seed_batches_grow_with_actors_until_the_server_is_busy():
+    costs = machine(cores=64, env_ms=1.0, inference=flat(1 * MS))
+    batches = [model.seed(costs, n).server_batch for n in (1, 4, 16, 64)]
+    assert batches == sorted(batches) and batches[0] == pytest.approx(1.0)
+    assert batches[-1] > 16
+    # A forward pass that costs the same at any batch: the server never binds, so the actors'
+    # closed loop does, at N / (t_env + t_inf).
+    assert model.seed(costs, 64).env_steps_per_second == pytest.approx(64 / (2 * MS), rel=0.01)
+
+
+def test_a_seed_server_that_costs_per_item_bounds_the_system_at_its_own_rate():
+    costs = machine(cores=64, env_ms=0.1, inference=per_item(1 * MS))
+    prediction = model.seed(costs, 64, max_batch=8)
+    assert prediction.bottleneck == "server"
+    assert prediction.env_steps_per_second == pytest.approx(1000.0)  # 8 per 8 ms
+    assert prediction.server_batch == 8
+
+
+def test_seed_spends_less_cpu_per_step_than_impala_when_batching_pays():
+    # The paper's argument (Espeholt et al. 2020, Sec. 3): a batched forward pass costs less per
+    # observation than IMPALA's batch-1 passes, so the same cores step more envs.
+    batching = Curve(((1, 1 * MS), (16, 4 * MS)))
+    costs = machine(cores=2, env_ms=0.5, inference=batching)
+    seed, impala = model.seed(costs, 16), model.impala_actors(costs, 16)
+    assert seed.cpu_seconds_per_step < impala.cpu_seconds_per_step
+    assert seed.env_steps_per_second > impala.env_steps_per_second
+
+
+def test_full_batches_hold_every_actor():
+    assert model.seed(machine(cores=8), 4, full_batches=True).server_batch == 4
+
+
+def test_inference_on_an_accelerator_needs_one():
+    with pytest.raises(ValueError, match="no accelerator"):
+        model.seed(machine(), 4, on_accelerator=True)
+
+
+def test_the_server_batch_solves_littles_law():
+    # b = X S(b) with X = 500/s and S(b) = 4 ms + 1 ms per request: b = 2 + b / 2, so 4.
+    assert model.server_batch(500.0, lambda b: 0.004 + 0.001 * b, most=64) == pytest.approx(4.0)
+    # Arrivals faster than any batch is served: the batch is as large as it may be.
+    assert model.server_batch(1000.0, lambda b: 0.004 + 0.001 * b, most=64) == 64
+
+
+# --------------------------------------------------------------------------------------------------
+# Samplers
+
+
+def test_the_serial_sampler_adds_stepping_and_inference():
+    costs = machine(cores=2, env_ms=1.0, inference=per_item(0.5 * MS))
+    prediction = model.serial_sampler(costs, 16)
+    # 16 envs on 2 threads: 8 ms; one forward pass of 16: 8 ms.
+    assert prediction.env_steps_per_second == pytest.approx(16 / (16 * MS))
+
+
+def test_the_alternating_sampler_overlaps_the_two_and_the_slower_binds():
+    costs = machine(cores=4, env_ms=1.0, inference=per_item(0.25 * MS))
+    prediction = model.alternating_sampler(costs, 16, 4)
+    # Half-cycle: 8 envs on 4 workers (2 ms) against a forward pass of 8 (2 ms): 4,000 steps/s,
+    # unless the cores run out first (1.25 ms of CPU per step on 4 cores: 3,200).
+    assert prediction.env_steps_per_second == pytest.approx(3200.0)
+    assert prediction.bottleneck == "cores"
+
+
+def test_parallel_workers_each_run_their_own_policy_on_one_core():
+    costs = machine(cores=2, env_ms=1.0, inference=per_item(1 * MS))
+    one = model.parallel_sampler(costs, 8, 1)
+    four = model.parallel_sampler(costs, 8, 4)
+    assert one.env_steps_per_second == pytest.approx(500.0)  # one core, 2 ms a step
+    assert four.env_steps_per_second == pytest.approx(1000.0)  # two cores, no more
+    assert four.bottleneck == "cores"
+
+
+# --------------------------------------------------------------------------------------------------
+# Ape-X and data-parallel learners
+
+
+def test_apex_at_a_replay_ratio_trains_ratio_samples_per_env_step():
+    costs = machine(cores=8, env_ms=1.0, inference=per_item(0.1 * MS), update=flat(10 * MS))
+    prediction = model.apex(costs, 2, minibatch=64, replay_ratio=8.0)
+    assert prediction.updates_per_second * 64 == pytest.approx(
+        8.0 * prediction.env_steps_per_second
+    )
+    # Learner: 100 updates/s x 64 / 8 = 800 env steps/s; actors: 2 / 1.1 ms = 1,818.
+    assert prediction.bottleneck == "learner"
+    assert prediction.env_steps_per_second == pytest.approx(800.0)
+
+
+def test_a_free_running_apex_learner_shares_the_cores_with_its_actors():
+    costs = machine(cores=2, env_ms=1.0, inference=per_item(0.1 * MS), update=flat(10 * MS))
+    one = model.apex(costs, 1, minibatch=64)
+    three = model.apex(costs, 3, minibatch=64)
+    assert one.env_steps_per_second == pytest.approx(1 / (1.1 * MS))  # a core each
+    assert three.env_steps_per_second == pytest.approx(3 * 0.5 / (1.1 * MS))  # half a core each
+    assert three.updates_per_second == pytest.approx(0.5 / (10 * MS))
+
+
+def test_data_parallel_learners_pay_a_ring_all_reduce():
+    costs = machine(cores=8, update=per_item(1 * MS))
+    one = model.data_parallel_learners(
+        costs, 1, 256, parameters=1_000_000, all_reduce_seconds_per_byte=1e-9
+    )
+    two = model.data_parallel_learners(
+        costs, 2, 256, parameters=1_000_000, all_reduce_seconds_per_byte=1e-9
+    )
+    assert one.details["all_reduce_seconds"] == 0.0
+    # 2 (k-1)/k of 4 MB at 1 ns a byte: 4 ms on top of half the batch (128 ms).
+    assert two.details["all_reduce_seconds"] == pytest.approx(4 * MS)
+    assert 1 / two.updates_per_second == pytest.approx(132 * MS)
+
+
+# --------------------------------------------------------------------------------------------------
+# Costs from a record, and the validation rows
+
+
+def record(cores=2):
+    inference = [
+        {"network": "nature-84", "threads": t, "batch": b, "obs_per_second": b / (b * 1e-3)}
+        for t in (1, cores)
+        for b in (1, 16)
+    ]
+    learning = [
+        {
+            "network": "nature-84",
+            "threads": t,
+            "precision": "float32",
+            "minibatch": m,
+            "samples_per_second": 1000.0 * t,
+        }
+        for t in (1, cores)
+        for m in (32, 64)
+    ]
+    env = [
+        {"screen_size": 84, "threads": 1, "steps_per_second": 1000.0},
+        {"screen_size": 84, "threads": cores, "steps_per_second": 1800.0},
+    ]
+    return {
+        "machine": {"cores": cores, "cpu_model": "test CPU"},
+        "inference": inference,
+        "learning": learning,
+        "env": env,
+        "transport": {"request_seconds": 50e-6},
+    }
+
+
+def test_machine_costs_read_a_component_costs_record():
+    costs = machine_costs(record(), "nature-84")
+    assert costs.cores == 2 and costs.env_seconds == pytest.approx(1e-3)
+    assert costs.env_all_seconds == pytest.approx(1 / 1800)
+    assert costs.request_seconds == pytest.approx(50e-6)
+    assert costs.cpu_all.update(64) == pytest.approx(64 / 2000)
+    assert costs.with_hardware(cores=20).env_all_seconds == pytest.approx(1 / 18000)
+
+
+def test_machine_costs_name_what_a_record_lacks():
+    with pytest.raises(ValueError, match="unknown network"):
+        machine_costs(record(), "resnet")
+    bare = dict(record(), env=[])
+    with pytest.raises(ValueError, match="no env rows"):
+        machine_costs(bare, "nature-84")
+
+
+def test_validation_rows_give_each_measured_figure_its_prediction_and_error():
+    systems = [
+        {
+            "system": "impala",
+            "setting": "2 actors",
+            "settings": {"num_actors": 2},
+            "steps_per_second": 1000.0,
+        }
+    ]
+    (row,) = validation_rows(record(), systems, "nature-84")
+    assert isinstance(row, ValidationRow) and row.quantity == "env steps/s"
+    assert row.predicted == pytest.approx(1000.0)  # 2 cores / (1 ms env + 1 ms forward)
+    assert row.error == pytest.approx(0.0)
+
+
+def test_a_system_the_model_does_not_know_is_named():
+    systems = [{"system": "pufferlib", "setting": "", "settings": {}, "steps_per_second": 1.0}]
+    with pytest.raises(ValueError, match="no model for system 'pufferlib'"):
+        validation_rows(record(), systems, "nature-84")

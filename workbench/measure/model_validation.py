@@ -1,0 +1,117 @@
+"""The performance model against measurements made on the same machine: the validation table.
+
+``benchmarks/performance_model.py`` measures the components (``measure.costs``) and then the
+systems the model predicts, in one run on one machine; this module turns such a record into rows
+of predicted against measured, each with its error. A system's entry in the record names the
+model's function (``SYSTEMS``) and the settings it ran with, so a row can be predicted again from
+the stored record alone (the notebook and the tests do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.measure import performance_model as model
+from workbench.measure.costs import MachineCosts, machine_costs
+
+__all__ = ["SYSTEMS", "ValidationRow", "predict", "validation_rows", "TOLERANCE"]
+
+TOLERANCE = 0.20
+"""The aim: every predicted throughput within 20% of the measured one (the issue's bar)."""
+
+
+def _sampler(kind: str) -> Callable[[MachineCosts, Mapping[str, Any]], model.Prediction]:
+    def predict(costs: MachineCosts, s: Mapping[str, Any]) -> model.Prediction:
+        if kind == "serial":
+            return model.serial_sampler(costs, s["num_envs"], torch_threads=s["torch_threads"])
+        if kind == "parallel":
+            return model.parallel_sampler(costs, s["num_envs"], s["num_workers"])
+        if kind == "batched":
+            return model.batched_sampler(
+                costs, s["num_envs"], s["num_workers"], torch_threads=s["torch_threads"]
+            )
+        return model.alternating_sampler(costs, s["num_envs"], s["num_workers"])
+
+    return predict
+
+
+SYSTEMS: dict[str, Callable[[MachineCosts, Mapping[str, Any]], model.Prediction]] = {
+    "serial": _sampler("serial"),
+    "parallel": _sampler("parallel"),
+    "batched": _sampler("batched"),
+    "alternating": _sampler("alternating"),
+    "impala": lambda costs, s: model.impala_actors(costs, s["num_actors"]),
+    "seed": lambda costs, s: model.seed(
+        costs, s["num_actors"], full_batches=s.get("timeout", 0.0) > 0
+    ),
+}
+"""Each measured system's prediction from the machine's costs and the settings it ran with."""
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One figure of one system: what the model predicts against what was measured."""
+
+    system: str
+    setting: str
+    quantity: str
+    measured: float
+    predicted: float
+    bottleneck: str
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1 (+0.1: the model says 10% more)."""
+        return self.predicted / self.measured - 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "setting": self.setting,
+            "quantity": self.quantity,
+            "measured": self.measured,
+            "predicted": self.predicted,
+            "error": self.error,
+            "bottleneck": self.bottleneck,
+        }
+
+
+def predict(costs: MachineCosts, system: Mapping[str, Any]) -> model.Prediction:
+    """The model's prediction for one measured system of a record."""
+    kind = system["system"]
+    if kind not in SYSTEMS:
+        raise ValueError(f"no model for system {kind!r}; the model has {sorted(SYSTEMS)}")
+    return SYSTEMS[kind](costs, system["settings"])
+
+
+def validation_rows(
+    costs_record: Mapping[str, Any], systems: Sequence[Mapping[str, Any]], network: str
+) -> list[ValidationRow]:
+    """Predicted against measured for every system (env steps/s; for SEED also the server's
+    mean batch and the latency p50, which the model gives as a mean: queue + forward)."""
+    costs = machine_costs(costs_record, network)
+    rows = []
+    for system in systems:
+        predicted = predict(costs, system)
+        setting = system["setting"]
+        rows.append(
+            ValidationRow(
+                system["system"],
+                setting,
+                "env steps/s",
+                system["steps_per_second"],
+                predicted.env_steps_per_second,
+                predicted.bottleneck,
+            )
+        )
+        for quantity, key, value in (
+            ("server batch", "mean_batch_size", predicted.server_batch),
+            ("latency ms", "latency_p50_ms", predicted.latency_ms),
+        ):
+            if value is not None and system.get(key):
+                rows.append(
+                    ValidationRow(system["system"], setting, quantity, system[key], value, "-")
+                )
+    return rows

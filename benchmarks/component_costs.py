@@ -142,11 +142,14 @@ def env_rows(threads: list[int], seconds: float) -> list[dict]:
     from workbench.measure.throughput import measure_vector_env
 
     rows = []
+    # 16 envs on each thread count (a sampler's vector env), and one env on one thread (an
+    # IMPALA or SEED actor's: the per-call overhead is not shared by 16 envs).
+    layouts = [(16, t) for t in threads] + [(1, 1)]
     for screen in (42, 84):
-        for thread_count in threads:
+        for num_envs, thread_count in layouts:
             measured = measure_vector_env(
                 "ALE/Pong-v5",
-                16,
+                num_envs,
                 max(seconds, 2.0),
                 num_threads=thread_count,
                 env_options={"screen_size": screen, "repeat_action_probability": 0.0},
@@ -154,13 +157,14 @@ def env_rows(threads: list[int], seconds: float) -> list[dict]:
             rows.append(
                 {
                     "screen_size": screen,
+                    "num_envs": num_envs,
                     "threads": thread_count,
                     "steps_per_second": measured.steps_per_second,
                     "steps_per_second_per_thread": measured.steps_per_second / thread_count,
                 }
             )
             print(
-                f"env Pong {screen}x{screen} 16 envs, {thread_count:>2} threads: "
+                f"env Pong {screen}x{screen} {num_envs:>2} envs, {thread_count:>2} threads: "
                 f"{measured.steps_per_second:>9,.0f} steps/s",
                 flush=True,
             )
@@ -196,18 +200,24 @@ def transport_row(seconds: float) -> dict:
             "CartPole-v1", 1, max(seconds, 1.0), settings=SeedSettings(timeout=0.0), warmup=0.5
         )
     cycle = 1 / served.steps_per_second
+    cpu = (
+        served.cpu_ms_per_step / 1000
+    )  # every process's CPU per step: the actor's and the server's
     row = {
         "env": "CartPole-v1",
         "env_seconds": env_seconds,
         "forward_seconds": forward_seconds,
         "served_steps_per_second": served.steps_per_second,
         "cycle_seconds": cycle,
+        "cpu_seconds_per_step": cpu,
         "request_seconds": max((cycle - env_seconds - forward_seconds) / 2, 0.0),
+        "request_cpu_seconds": max((cpu - env_seconds - forward_seconds) / 2, 0.0),
     }
     print(
         f"transport local: CartPole env {1e6 * env_seconds:.1f} us, forward "
         f"{1e6 * forward_seconds:.1f} us, served {served.steps_per_second:,.0f} steps/s: "
-        f"{1e6 * row['request_seconds']:.1f} us per request at each end",
+        f"{1e6 * row['request_seconds']:.1f} us per request at each end "
+        f"({1e6 * row['request_cpu_seconds']:.1f} us of CPU)",
         flush=True,
     )
     return row

@@ -8,6 +8,7 @@ import pytest
 from workbench.measure import performance_model as model
 from workbench.measure.costs import Curve, DeviceCosts, MachineCosts, machine_costs
 from workbench.measure.model_validation import ValidationRow, validation_rows
+from workbench.measure.projection import SCENARIOS, on_machine, projection_rows
 
 MS = 1e-3
 
@@ -31,6 +32,7 @@ def machine(cores=2, env_ms=1.0, inference=None, update=None, request_ms=0.0, **
         cores=cores,
         env_seconds=env_ms * MS,
         env_all_seconds=env_ms * MS / cores,
+        env_one_seconds=env_ms * MS,
         cpu_one=cpu,
         cpu_all=cpu,
         threads_all=cores,
@@ -275,3 +277,33 @@ def test_a_system_the_model_does_not_know_is_named():
     systems = [{"system": "pufferlib", "setting": "", "settings": {}, "steps_per_second": 1.0}]
     with pytest.raises(ValueError, match="no model for system 'pufferlib'"):
         validation_rows(record(), systems, "nature-84")
+
+
+# --------------------------------------------------------------------------------------------------
+# Projection to the papers' machines
+
+
+def test_a_projection_keeps_per_core_costs_and_takes_the_published_env_rate():
+    costs = machine(cores=2, env_ms=0.5)
+    projected = on_machine(costs, cores=40, accelerators=0, env_frames_per_core=1500.0)
+    assert projected.cores == 40
+    assert projected.env_seconds == pytest.approx(4 / 1500.0)  # four frames an env step
+    assert projected.cpu_one == costs.cpu_one
+
+
+def test_every_projection_row_states_its_source_and_its_assumptions():
+    gpu = DeviceCosts("cuda", flat(1 * MS), flat(5 * MS))
+    costs = machine(cores=2, accelerator=gpu, accelerators=1)
+    rows = projection_rows(costs)
+    assert len(rows) == len(SCENARIOS)
+    for row in rows:
+        assert row["source"] and row["quote"] and row["assumptions"] and row["env_source"]
+        assert row["predicted_fps"] > 0
+        assert row["predicted_vs_published"] == pytest.approx(
+            row["predicted_fps"] / row["published_fps"]
+        )
+
+
+def test_a_projection_without_an_accelerator_is_refused_with_the_record_to_give():
+    with pytest.raises(ValueError, match="component_costs_cuda"):
+        projection_rows(machine())

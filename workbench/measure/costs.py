@@ -88,21 +88,25 @@ class MachineCosts:
 
     ``env_seconds``: CPU-seconds per env step on one thread (the game and frame size the network
     reads); ``env_all_seconds``: wall seconds per env step of one vector env stepped by
-    ``threads_all`` C++ threads (ale_py's ``AtariVectorEnv``, 16 envs). ``cpu_one`` and
+    ``threads_all`` C++ threads (ale_py's ``AtariVectorEnv``, 16 envs); ``env_one_seconds``: an
+    actor's step of its one env (the call's overhead not shared). ``cpu_one`` and
     ``cpu_all``: the network on one torch thread and on ``threads_all`` threads.
-    ``request_seconds``: CPU-seconds one request costs the transport at each end (a pipe write and
-    read, a copy into shared memory); ``accelerator``: a GPU's costs, ``accelerators`` of them.
+    ``request_seconds``: what one request adds to an actor's step at each end (a pipe write and
+    read, a copy into shared memory, a process waking), ``request_cpu_seconds`` the CPU of it;
+    ``accelerator``: a GPU's costs, ``accelerators`` of them.
     """
 
     name: str
     cores: int
     env_seconds: float
     env_all_seconds: float
+    env_one_seconds: float
     cpu_one: DeviceCosts
     cpu_all: DeviceCosts
     threads_all: int
     obs_bytes: int
     request_seconds: float = 0.0
+    request_cpu_seconds: float = 0.0
     accelerator: DeviceCosts | None = None
     accelerators: int = 0
     source: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -199,8 +203,10 @@ def machine_costs(
     cores = int(cpu_record["machine"]["cores"])
     threads = sorted({r["threads"] for r in cpu_record["inference"]})
     env = [r for r in cpu_record["env"] if r["screen_size"] == frames]
-    one = [r["steps_per_second"] for r in env if r["threads"] == 1]
-    every = [r["steps_per_second"] for r in env if r["threads"] == threads[-1]]
+    vector = [r for r in env if r.get("num_envs", 16) > 1]
+    one = [r["steps_per_second"] for r in vector if r["threads"] == 1]
+    every = [r["steps_per_second"] for r in vector if r["threads"] == threads[-1]]
+    single = [r["steps_per_second"] for r in env if r.get("num_envs", 16) == 1] or one
     if not one or not every:
         raise ValueError(
             f"the CPU record has no env rows at {frames}x{frames} on 1 and {threads[-1]} threads"
@@ -214,12 +220,16 @@ def machine_costs(
         cores=cores,
         env_seconds=1.0 / max(one),
         env_all_seconds=1.0 / max(every),
+        env_one_seconds=1.0 / max(single),
         cpu_one=_device(cpu_record, network, threads[0], precision),
         cpu_all=_device(cpu_record, network, threads[-1], precision),
         threads_all=threads[-1],
         obs_bytes=4 * frames * frames,
         request_seconds=(
             transport.get("request_seconds", 0.0) if request_seconds is None else request_seconds
+        ),
+        request_cpu_seconds=transport.get(
+            "request_cpu_seconds", transport.get("request_seconds", 0.0)
         ),
         accelerator=accelerator,
         accelerators=(1 if accelerators is None else accelerators) if accelerator else 0,

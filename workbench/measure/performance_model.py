@@ -179,10 +179,10 @@ def alternating_sampler(
 
 
 def impala_actors(costs: MachineCosts, actors: int) -> Prediction:
-    """Each actor steps its env and runs a batch-1 forward pass on one thread; actors never wait
-    for anyone, so they fill the cores: ``X = min(N, cores) / (t_env + t_inf1(1))``."""
+    """Each actor steps its one env and runs a batch-1 forward pass on one thread; actors never
+    wait for anyone, so they fill the cores: ``X = min(N, cores) / (t_env1 + t_inf1(1))``."""
     positive_int(actors, "actors")
-    cpu = costs.env_seconds + costs.cpu_one.inference(1)
+    cpu = costs.env_one_seconds + costs.cpu_one.inference(1)
     bounds = {"actors": actors / cpu, "cores": costs.cores / cpu}
     return _least("impala", bounds, cpu_seconds_per_step=cpu)
 
@@ -213,10 +213,11 @@ def seed(
 ) -> Prediction:
     """Env-only actors and one inference server (Espeholt et al. 2020, Sec. 3, Fig. 2).
 
-    A request costs each end ``request_seconds`` of CPU; the server serves a batch of b in
-    ``S(b) = t_inf(b) + b * request_seconds`` (its loop is serial). An actor's step alone takes
-    ``R0 = e * t_env + 2 * request_seconds + t_inf(b)``. Bounds: the cores (every process's CPU
-    per step), the server (``b / S(b)``) and the actors (``N * e / R0``). Greedy batching (the
+    A request adds ``request_seconds`` at each end (``request_cpu_seconds`` of it CPU); the
+    server serves a batch of b in ``S(b) = t_inf(b) + b * request_seconds`` (its loop is serial).
+    An actor's step alone takes ``R0 = e * t_env1 + 2 * request_seconds + t_inf(b)``. Bounds: the
+    cores (every process's CPU per step), the server (``b / S(b)``) and the actors
+    (``N * e / R0``). Greedy batching (the
     server answers whatever waits) makes ``b = X * S(b)``; ``full_batches`` (a timeout long
     enough that every actor's request is in) makes ``b`` every env."""
     positive_int(actors, "actors")
@@ -228,12 +229,14 @@ def seed(
     def serve(b: float) -> float:
         return device.inference(b) + device.copy(b * costs.obs_bytes) + b * request
 
+    env = costs.env_one_seconds if envs_per_actor == 1 else costs.env_seconds
+
     def cpu_per_step(b: float) -> float:
         forward = 0.0 if on_accelerator else device.inference(b) * server_threads / b
-        return costs.env_seconds + 2 * request + forward
+        return env + 2 * costs.request_cpu_seconds + forward
 
     def bounds_at(b: float) -> dict[str, float]:
-        alone = envs_per_actor * costs.env_seconds + 2 * request + device.inference(b)
+        alone = envs_per_actor * env + 2 * request + device.inference(b)
         usable = min(costs.cores, actors + server_threads)
         return {
             "cores": usable / cpu_per_step(b),
@@ -241,7 +244,7 @@ def seed(
             "actors": actors * envs_per_actor / alone,
         }
 
-    own = envs_per_actor * costs.env_seconds + 2 * request  # an actor's time per request
+    own = envs_per_actor * env + 2 * request  # an actor's time per request
     batch = float(most)
     for _ in range(200):
         rate = min(bounds_at(batch).values())

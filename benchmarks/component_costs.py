@@ -223,6 +223,60 @@ def transport_row(seconds: float) -> dict:
     return row
 
 
+SAMPLER_LAYOUTS = {
+    "serial": {"num_envs": 64},
+    "parallel": {"num_workers": 2, "num_envs": 64},
+    "batched": {"num_workers": 2, "num_envs": 64},
+    "alternating": {"num_workers": 2, "num_envs": 64},
+}
+"""The layouts whose coordination is measured (sampler_throughput.py's, at 64 envs)."""
+
+
+def sampler_rows(seconds: float, env_seconds: float, horizon: int = 64) -> list[dict]:
+    """What each sampler layout costs beyond stepping and inference: measured on CartPole, whose
+    env step (``env_seconds``, from ``transport_row``) and forward pass are small and are taken
+    out, so what remains per env step is the layout's own work (handing actions and observations
+    between processes, writing the rollout), which an Atari sampler pays too."""
+    from workbench.measure import throughput
+    from workbench.measure.central_inference import make_model
+    from workbench.sampling import make_sampler
+
+    model = make_model("CartPole-v1")
+    rows = []
+    for kind, settings in SAMPLER_LAYOUTS.items():
+        envs, workers = settings["num_envs"], settings.get("num_workers", 1)
+        per_worker = envs // workers if kind == "parallel" else envs
+        forward = measure_inference_seconds(model, per_worker, seconds)
+        with make_sampler(kind, "CartPole-v1", horizon=horizon, seed=0, **settings) as sampler:
+            measured = throughput.measure_sampler(sampler, model, max(seconds, 1.0), num_threads=1)
+        cycle = envs / measured.steps_per_second  # seconds per time step of every env
+        if kind == "parallel":  # each worker steps and infers its share, side by side
+            work = per_worker * env_seconds + forward
+        else:
+            work = envs * env_seconds / (1 if kind == "serial" else workers) + forward
+        rows.append(
+            {
+                "sampler": kind,
+                **settings,
+                "cartpole_steps_per_second": measured.steps_per_second,
+                "overhead_seconds_per_step": max(cycle - work, 0.0) / envs,
+            }
+        )
+        print(
+            f"sampler {kind:>12} on CartPole: {measured.steps_per_second:>9,.0f} steps/s, "
+            f"{1e6 * rows[-1]['overhead_seconds_per_step']:.1f} us per env step beyond its work",
+            flush=True,
+        )
+    return rows
+
+
+def measure_inference_seconds(model, batch: int, seconds: float) -> float:
+    from workbench.measure.throughput import measure_inference
+
+    measured = measure_inference(model, (4,), batch, seconds, num_threads=1)
+    return batch / measured.steps_per_second
+
+
 def copy_rows(device, seconds: float) -> list[dict]:
     import time
 
@@ -278,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         figures["env"] = env_rows(threads, args.seconds)
         figures["transport"] = transport_row(args.seconds)
+        figures["samplers"] = sampler_rows(args.seconds, figures["transport"]["env_seconds"])
     else:
         figures["copy"] = copy_rows(device, args.seconds)
     ratios = {}

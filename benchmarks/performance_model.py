@@ -1,17 +1,20 @@
 """The performance model on this machine: calibrate it, measure the systems it predicts, compare.
 
-    .venv/bin/python benchmarks/performance_model.py                # about 4 minutes, alone
+    .venv/bin/python benchmarks/performance_model.py                # about 9 minutes, alone
     .venv/bin/python benchmarks/performance_model.py --seconds 0.2 --actors 1 2 --out /tmp/x.json
 
 One run, side by side on one machine:
 
 1. **Calibrate**: what each part costs here (``component_costs.py``'s rows: a forward pass and a
    gradient step against their batch on 1 and <cores> torch threads, Pong stepping on 1 and
-   <cores> threads, one request through SEED's local transport), for the NatureCNN on 84x84 Pong.
+   <cores> threads, one request through SEED's local transport, each sampler layout's own work
+   per env step measured on CartPole), for the NatureCNN on 84x84 Pong.
 2. **Measure** the systems the model predicts, with the package's own measurement code: the
    samplers of ``benchmarks/sampler_throughput.py`` (serial, parallel, batched, alternating on
    Pong), and SEED against IMPALA-style actors at each actor count
    (``measure.central_inference``, as ``benchmarks/central_inference.py``).
+   Everything runs ``--repeats`` times (the central-inference study interleaves its passes
+   itself); each figure keeps its best pass, every pass recorded.
 3. **Predict** each system from step 1's costs alone (``measure.performance_model``) and state
    the error of every figure (``measure.model_validation``): env steps/s, and for SEED the
    server's mean batch and latency.
@@ -52,27 +55,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cost-seconds", type=float, default=0.5, help="seconds per component figure"
     )
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="interleaved passes of everything; each figure keeps its best (a busy moment of a "
+        "shared machine only ever slows a pass)",
+    )
     parser.add_argument("--horizon", type=int, default=64, help="the samplers' rollout length")
     parser.add_argument("--out", default=None, help="default data/performance_model_cpu.json")
     args = parser.parse_args(argv)
     if not (args.seconds > 0 and args.cost_seconds > 0) or min(args.actors) < 1:
         parser.error("--seconds and --cost-seconds must be positive, --actors at least 1.")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1.")
     return args
 
 
-def calibrate(seconds: float, cores: int) -> dict:
+def calibrate(seconds: float, cores: int, repeats: int) -> dict:
+    """Every component ``repeats`` times, every pass's rows kept (``measure.costs`` reads the
+    fastest of each); the transport's pass with the cheapest request."""
     import torch
 
     threads = sorted({1, cores})
     device = torch.device("cpu")
-    return {
+    costs = {
         "device": "cpu",
         "machine": {"cores": cores, "cpu_model": record_machine().cpu_model},
-        "inference": component_costs.inference_rows(device, threads, seconds),
-        "learning": component_costs.learning_rows(device, threads, seconds),
-        "env": component_costs.env_rows(threads, seconds),
-        "transport": component_costs.transport_row(seconds),
+        "inference": [],
+        "learning": [],
+        "env": [],
+        "transport_passes": [],
+        "samplers": [],
     }
+    for _ in range(repeats):
+        costs["inference"] += component_costs.inference_rows(device, threads, seconds)
+        costs["learning"] += component_costs.learning_rows(device, threads, seconds)
+        costs["env"] += component_costs.env_rows(threads, seconds)
+        costs["transport_passes"].append(component_costs.transport_row(seconds))
+        env_seconds = costs["transport_passes"][-1]["env_seconds"]
+        costs["samplers"] += component_costs.sampler_rows(seconds, env_seconds)
+    costs["transport"] = min(costs["transport_passes"], key=lambda row: row["request_seconds"])
+    return costs
 
 
 def record_machine():
@@ -104,12 +128,24 @@ def measure_samplers(seconds: float, horizon: int) -> list[dict]:
     return rows
 
 
-def measure_central_inference(seconds: float, actors: list[int]) -> list[dict]:
+def best_passes(passes: list[list[dict]]) -> list[dict]:
+    """Each system's fastest pass (the passes list the same systems in the same order), with
+    every pass's figure kept beside it."""
+    best = []
+    for rows in zip(*passes):
+        fastest = dict(max(rows, key=lambda row: row["steps_per_second"]))
+        fastest["passes"] = [row["steps_per_second"] for row in rows]
+        best.append(fastest)
+    return best
+
+
+def measure_central_inference(seconds: float, actors: list[int], repeats: int) -> list[dict]:
     from workbench.measure.central_inference import SeedSettings, central_inference_study
 
     settings = SeedSettings()
     rows = []
-    for study in central_inference_study(actors, seconds, ENV_ID, settings=settings):
+    studies = central_inference_study(actors, seconds, ENV_ID, repeats, settings=settings)
+    for study in studies:
         n = study.num_actors
         for result in (study.seed, study.impala):
             row = {
@@ -123,6 +159,7 @@ def measure_central_inference(seconds: float, actors: list[int]) -> list[dict]:
                 row["settings"]["timeout"] = settings.timeout_for(n)
                 row["mean_batch_size"] = result.latency.get("mean_batch_size")
                 row["latency_p50_ms"] = result.latency.get("latency_p50_ms")
+            row["passes"] = study.seed_passes if result.system == "seed" else study.impala_passes
             rows.append(row)
             print(
                 f"{result.system:>12} {n:>3} actors {result.steps_per_second:>9,.0f} steps/s",
@@ -138,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
 
     recording = record.Recording("performance_model")
     cores = usable_cores()
-    costs = calibrate(args.cost_seconds, cores)
-    systems = measure_samplers(args.seconds, args.horizon)
-    systems += measure_central_inference(args.seconds, args.actors)
+    costs = calibrate(args.cost_seconds, cores, args.repeats)
+    samplers = [measure_samplers(args.seconds, args.horizon) for _ in range(args.repeats)]
+    systems = best_passes(samplers)
+    systems += measure_central_inference(args.seconds, args.actors, args.repeats)
     rows = validation_rows(costs, systems, NETWORK)
     print(f"\n{'system':>12} {'setting':<40} {'quantity':<12} {'measured':>10} {'model':>10} error")
     for row in rows:

@@ -93,6 +93,8 @@ class MachineCosts:
     ``cpu_all``: the network on one torch thread and on ``threads_all`` threads.
     ``request_seconds``: what one request adds to an actor's step at each end (a pipe write and
     read, a copy into shared memory, a process waking), ``request_cpu_seconds`` the CPU of it;
+    ``sampler_seconds``: each sampler layout's own work per env step (handing data between its
+    processes, writing the rollout), beyond stepping and inference;
     ``accelerator``: a GPU's costs, ``accelerators`` of them.
     """
 
@@ -107,6 +109,7 @@ class MachineCosts:
     obs_bytes: int
     request_seconds: float = 0.0
     request_cpu_seconds: float = 0.0
+    sampler_seconds: Mapping[str, float] = field(default_factory=dict)
     accelerator: DeviceCosts | None = None
     accelerators: int = 0
     source: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -182,6 +185,14 @@ def _device(record: Mapping[str, Any], network: str, threads: int, precision: st
     )
 
 
+def _sampler_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    least: dict[str, float] = {}
+    for row in rows:  # several passes: the least overhead is the layout's own
+        kind = row["sampler"]
+        least[kind] = min(least.get(kind, math.inf), row["overhead_seconds_per_step"])
+    return least
+
+
 NETWORK_FRAMES = {"universe-42": 42, "nature-84": 84}
 """The frame size (pixels a side, 4 frames stacked, uint8) each measured network reads."""
 
@@ -231,6 +242,7 @@ def machine_costs(
         request_cpu_seconds=transport.get(
             "request_cpu_seconds", transport.get("request_seconds", 0.0)
         ),
+        sampler_seconds=_sampler_seconds(cpu_record.get("samplers", ())),
         accelerator=accelerator,
         accelerators=(1 if accelerators is None else accelerators) if accelerator else 0,
         source={"cpu": cpu_record.get("command"), "gpu": (gpu_record or {}).get("command")},

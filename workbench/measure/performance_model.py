@@ -109,7 +109,7 @@ def serial_sampler(
     ``X = B / (B * t_env_all + t_inf(B))``."""
     positive_int(envs, "envs")
     device = _inference(costs, on_accelerator, torch_threads)
-    stepping = envs * costs.env_all_seconds
+    stepping = envs * (costs.env_all_seconds + costs.sampler_seconds.get("serial", 0.0))
     forward = device.inference(envs) + device.copy(envs * costs.obs_bytes)
     cpu = costs.env_seconds + (0.0 if on_accelerator else forward * torch_threads / envs)
     return _least("serial", {"cycle": envs / (stepping + forward)}, cpu_seconds_per_step=cpu)
@@ -123,7 +123,8 @@ def parallel_sampler(costs: MachineCosts, envs: int, workers: int) -> Prediction
     positive_int(envs, "envs")
     positive_int(workers, "workers")
     per_worker = envs / workers
-    step = per_worker * costs.env_seconds + costs.cpu_one.inference(per_worker)
+    own = costs.sampler_seconds.get("parallel", 0.0)
+    step = per_worker * (costs.env_seconds + own) + costs.cpu_one.inference(per_worker)
     cpu = step / per_worker
     bounds = {
         "workers": workers * per_worker / step,
@@ -142,11 +143,14 @@ def batched_sampler(
 ) -> Prediction:
     """Env-only workers step ``envs / workers`` envs each (one thread), then the main process runs
     one forward pass for all of them (Stooke & Abbeel 2018, Fig. 1b: the GPU sampler). Stepping
-    and inference take turns: ``X = B / (t_env * B / min(W, cores) + t_inf(B))``."""
+    and inference take turns, and every step the main process and the workers exchange actions
+    and observations (``o``: the layout's own work per env step, calibrated on CartPole):
+    ``X = B / (t_env * B / min(W, cores) + o * B + t_inf(B))``."""
     positive_int(envs, "envs")
     positive_int(workers, "workers")
     device = _inference(costs, on_accelerator, torch_threads)
     stepping = envs * costs.env_seconds / min(workers, costs.cores, envs)
+    stepping += envs * costs.sampler_seconds.get("batched", 0.0)
     forward = device.inference(envs) + device.copy(envs * costs.obs_bytes)
     cpu = costs.env_seconds + (0.0 if on_accelerator else forward * torch_threads / envs)
     return _least("batched", {"cycle": envs / (stepping + forward)}, cpu_seconds_per_step=cpu)
@@ -164,6 +168,7 @@ def alternating_sampler(
     half = envs / 2
     device = _inference(costs, on_accelerator, 1)
     stepping = half * costs.env_seconds / min(workers, costs.cores, half)
+    stepping += half * costs.sampler_seconds.get("alternating", 0.0)
     forward = device.inference(half) + device.copy(half * costs.obs_bytes)
     cpu = costs.env_seconds + (0.0 if on_accelerator else forward / half)
     bounds = {

@@ -173,15 +173,57 @@ def env_rows(threads: list[int], seconds: float) -> list[dict]:
 
 def transport_row(seconds: float) -> dict:
     """What one request to SEED's inference server costs through the local transport (a pipe
-    write each way, the observation in shared memory, the server's batching), measured with the
-    real transport on CartPole, where the env step and the forward pass are small and are
-    measured alone and taken out: ``request_seconds = (1 / steps_per_second - t_env - t_forward)
-    / 2``, one actor, so nothing waits for another."""
-    import gymnasium as gym
+    write each way, the observation in shared memory, the server's batching, a process waking):
+    one env-only actor on Pong served by the real transport, less what the actor's env step
+    costs alone (one env, one thread) and what a batch-1 forward pass costs alone (``model.act``
+    on one thread, as the inference rows measure it): ``request = (cycle - t_env1 - t_forward) /
+    2``, and the same of the CPU every process spent per step. What the server does beyond the
+    forward pass for a request (its batching, sampling the action) is the request's cost. One
+    actor, so nothing waits for another; the model's SEED row at one actor matches by
+    construction and is the calibration point."""
     import torch
 
     from workbench.measure.central_inference import SeedSettings, make_model, measure_seed
-    from workbench.measure.throughput import measure_inference
+    from workbench.measure.throughput import measure_inference, measure_vector_env
+
+    options = {"screen_size": 84, "repeat_action_probability": 0.0}
+    alone = measure_vector_env(
+        "ALE/Pong-v5", 1, max(seconds, 1.0), num_threads=1, env_options=options
+    )
+    env_seconds = 1 / alone.steps_per_second
+    model = make_model("ALE/Pong-v5")
+    forward = measure_inference(model, (4, 84, 84), 1, seconds, num_threads=1)
+    forward_seconds = 1 / forward.steps_per_second
+    with torch.no_grad():
+        served = measure_seed(
+            "ALE/Pong-v5", 1, max(seconds, 1.0), settings=SeedSettings(timeout=0.0), warmup=0.5
+        )
+    cycle = 1 / served.steps_per_second
+    cpu = served.cpu_ms_per_step / 1000  # every process's CPU per step: the actor's, the server's
+    row = {
+        "env": "ALE/Pong-v5",
+        "env_seconds": env_seconds,
+        "forward_seconds": forward_seconds,
+        "server_forward_p50_seconds": served.latency["forward_p50_ms"] / 1000,
+        "served_steps_per_second": served.steps_per_second,
+        "cycle_seconds": cycle,
+        "cpu_seconds_per_step": cpu,
+        "request_seconds": max((cycle - env_seconds - forward_seconds) / 2, 0.0),
+        "request_cpu_seconds": max((cpu - env_seconds - forward_seconds) / 2, 0.0),
+    }
+    print(
+        f"transport local: Pong env {1e6 * env_seconds:.0f} us, forward "
+        f"{1e6 * forward_seconds:.0f} us, served {served.steps_per_second:,.0f} steps/s: "
+        f"{1e6 * row['request_seconds']:.1f} us per request at each end "
+        f"({1e6 * row['request_cpu_seconds']:.1f} us of CPU)",
+        flush=True,
+    )
+    return row
+
+
+def cartpole_env_seconds(seconds: float) -> float:
+    """Seconds of one CartPole step (gymnasium, one env): small beside any sampler's own work."""
+    import gymnasium as gym
 
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
@@ -191,36 +233,7 @@ def transport_row(seconds: float) -> dict:
         if terminated or truncated:
             env.reset()
         steps += 1
-    env_seconds = (time.perf_counter() - started) / steps
-    model = make_model("CartPole-v1")
-    forward = measure_inference(model, (4,), 1, seconds, num_threads=1)
-    forward_seconds = 1 / forward.steps_per_second
-    with torch.no_grad():
-        served = measure_seed(
-            "CartPole-v1", 1, max(seconds, 1.0), settings=SeedSettings(timeout=0.0), warmup=0.5
-        )
-    cycle = 1 / served.steps_per_second
-    cpu = (
-        served.cpu_ms_per_step / 1000
-    )  # every process's CPU per step: the actor's and the server's
-    row = {
-        "env": "CartPole-v1",
-        "env_seconds": env_seconds,
-        "forward_seconds": forward_seconds,
-        "served_steps_per_second": served.steps_per_second,
-        "cycle_seconds": cycle,
-        "cpu_seconds_per_step": cpu,
-        "request_seconds": max((cycle - env_seconds - forward_seconds) / 2, 0.0),
-        "request_cpu_seconds": max((cpu - env_seconds - forward_seconds) / 2, 0.0),
-    }
-    print(
-        f"transport local: CartPole env {1e6 * env_seconds:.1f} us, forward "
-        f"{1e6 * forward_seconds:.1f} us, served {served.steps_per_second:,.0f} steps/s: "
-        f"{1e6 * row['request_seconds']:.1f} us per request at each end "
-        f"({1e6 * row['request_cpu_seconds']:.1f} us of CPU)",
-        flush=True,
-    )
-    return row
+    return (time.perf_counter() - started) / steps
 
 
 SAMPLER_LAYOUTS = {
@@ -234,7 +247,7 @@ SAMPLER_LAYOUTS = {
 
 def sampler_rows(seconds: float, env_seconds: float, horizon: int = 64) -> list[dict]:
     """What each sampler layout costs beyond stepping and inference: measured on CartPole, whose
-    env step (``env_seconds``, from ``transport_row``) and forward pass are small and are taken
+    env step (``env_seconds``: ``cartpole_env_seconds``) and forward pass are small and are taken
     out, so what remains per env step is the layout's own work (handing actions and observations
     between processes, writing the rollout), which an Atari sampler pays too."""
     from workbench.measure import throughput
@@ -332,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         figures["env"] = env_rows(threads, args.seconds)
         figures["transport"] = transport_row(args.seconds)
-        figures["samplers"] = sampler_rows(args.seconds, figures["transport"]["env_seconds"])
+        figures["samplers"] = sampler_rows(args.seconds, cartpole_env_seconds(args.seconds))
     else:
         figures["copy"] = copy_rows(device, args.seconds)
     ratios = {}

@@ -138,7 +138,7 @@ def learning_rows(device, threads: list[int], seconds: float) -> list[dict]:
     return rows
 
 
-def env_rows(threads: list[int], seconds: float) -> list[dict]:
+def env_rows(threads: list[int], seconds: float, least: float = 2.0) -> list[dict]:
     from workbench.measure.throughput import measure_vector_env
 
     rows = []
@@ -150,7 +150,7 @@ def env_rows(threads: list[int], seconds: float) -> list[dict]:
             measured = measure_vector_env(
                 "ALE/Pong-v5",
                 num_envs,
-                max(seconds, 2.0),
+                max(seconds, least),
                 num_threads=thread_count,
                 env_options={"screen_size": screen, "repeat_action_probability": 0.0},
             )

@@ -15,8 +15,10 @@ One run, side by side on one machine:
    samplers of ``benchmarks/sampler_throughput.py`` (serial, parallel, batched, alternating on
    Pong), and SEED against IMPALA-style actors at each actor count
    (``measure.central_inference``, as ``benchmarks/central_inference.py``).
-   Everything runs ``--repeats`` times (the central-inference study interleaves its passes
-   itself); each figure keeps its best pass, every pass recorded.
+   Everything runs ``--repeats`` times, calibration and systems together in each pass, and each
+   pass's systems are predicted from that pass's costs: on a shared machine whose speed drifts
+   from minute to minute, costs measured at a fast moment would flatter the model against
+   systems measured at a slow one.
 3. **Predict** each system from step 1's costs alone (``measure.performance_model``) and state
    the error of every figure (``measure.model_validation``): env steps/s, and for SEED the
    server's mean batch and latency.
@@ -62,10 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeats",
         type=int,
         default=2,
-        help="interleaved passes of everything; each figure keeps its best (a busy moment of a "
-        "shared machine only ever slows a pass)",
+        help="passes of everything, each predicted from its own calibration",
     )
     parser.add_argument("--horizon", type=int, default=64, help="the samplers' rollout length")
+    parser.add_argument(
+        "--env-seconds", type=float, default=2.0, help="seconds per env-stepping figure (at least)"
+    )
     parser.add_argument("--out", default=None, help="default data/performance_model_cpu.json")
     args = parser.parse_args(argv)
     if not (args.seconds > 0 and args.cost_seconds > 0) or min(args.actors) < 1:
@@ -75,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def calibrate(seconds: float, cores: int, repeats: int) -> dict:
+def calibrate(seconds: float, cores: int, repeats: int, env_seconds: float = 2.0) -> dict:
     """Every component ``repeats`` times, every pass's rows kept (``measure.costs`` reads the
     fastest of each); the transport's pass with the cheapest request."""
     import torch
@@ -94,7 +98,7 @@ def calibrate(seconds: float, cores: int, repeats: int) -> dict:
     for _ in range(repeats):
         costs["inference"] += component_costs.inference_rows(device, threads, seconds)
         costs["learning"] += component_costs.learning_rows(device, threads, seconds)
-        costs["env"] += component_costs.env_rows(threads, seconds)
+        costs["env"] += component_costs.env_rows(threads, seconds, env_seconds)
         costs["transport_passes"].append(component_costs.transport_row(seconds))
         cartpole = component_costs.cartpole_env_seconds(seconds)
         costs["samplers"] += component_costs.sampler_rows(seconds, cartpole)
@@ -131,17 +135,6 @@ def measure_samplers(seconds: float, horizon: int) -> list[dict]:
     return rows
 
 
-def best_passes(passes: list[list[dict]]) -> list[dict]:
-    """Each system's fastest pass (the passes list the same systems in the same order), with
-    every pass's figure kept beside it."""
-    best = []
-    for rows in zip(*passes):
-        fastest = dict(max(rows, key=lambda row: row["steps_per_second"]))
-        fastest["passes"] = [row["steps_per_second"] for row in rows]
-        best.append(fastest)
-    return best
-
-
 def measure_central_inference(seconds: float, actors: list[int], repeats: int) -> list[dict]:
     from workbench.measure.central_inference import SeedSettings, central_inference_study
 
@@ -171,6 +164,17 @@ def measure_central_inference(seconds: float, actors: list[int], repeats: int) -
     return rows
 
 
+def show(rows) -> None:
+    print(f"\n{'system':>12} {'setting':<40} {'quantity':<12} {'measured':>10} {'model':>10} error")
+    for row in rows:
+        print(
+            f"{row.system:>12} {row.setting:<40} {row.quantity:<12} {row.measured:>10,.1f} "
+            f"{row.predicted:>10,.1f} {row.error:+.0%} ({row.bottleneck})"
+            + (" calibration point" if row.calibration_point else ""),
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.measure.model_validation import TOLERANCE, validation_rows
@@ -178,32 +182,23 @@ def main(argv: list[str] | None = None) -> int:
 
     recording = record.Recording("performance_model")
     cores = usable_cores()
-    costs = calibrate(args.cost_seconds, cores, args.repeats)
-    samplers = [measure_samplers(args.seconds, args.horizon) for _ in range(args.repeats)]
-    systems = best_passes(samplers)
-    systems += measure_central_inference(args.seconds, args.actors, args.repeats)
-    rows = validation_rows(costs, systems, NETWORK)
-    print(f"\n{'system':>12} {'setting':<40} {'quantity':<12} {'measured':>10} {'model':>10} error")
-    for row in rows:
-        print(
-            f"{row.system:>12} {row.setting:<40} {row.quantity:<12} {row.measured:>10,.1f} "
-            f"{row.predicted:>10,.1f} {row.error:+.0%} ({row.bottleneck})"
-            + (" calibration point" if row.calibration_point else "")
+    passes, tested = [], []
+    for number in range(1, args.repeats + 1):
+        print(f"\npass {number} of {args.repeats}", flush=True)
+        costs = calibrate(args.cost_seconds, cores, 1, args.env_seconds)
+        systems = measure_samplers(args.seconds, args.horizon)
+        systems += measure_central_inference(args.seconds, args.actors, 1)
+        rows = validation_rows(costs, systems, NETWORK)
+        show(rows)
+        passes.append(
+            {"costs": costs, "systems": systems, "validation": [row.as_dict() for row in rows]}
         )
-    throughputs = [
-        row for row in rows if row.quantity == "env steps/s" and not row.calibration_point
-    ]
+        tested += [r for r in rows if r.quantity == "env steps/s" and not r.calibration_point]
     ratios = {
-        "worst_error": max(abs(row.error) for row in throughputs),
-        "within_20pct": sum(abs(row.error) <= TOLERANCE for row in throughputs) / len(throughputs),
+        "worst_error": max(abs(row.error) for row in tested),
+        "within_20pct": sum(abs(row.error) <= TOLERANCE for row in tested) / len(tested),
     }
-    figures = {
-        "network": NETWORK,
-        "env_id": ENV_ID,
-        "costs": costs,
-        "systems": systems,
-        "validation": [row.as_dict() for row in rows],
-    }
+    figures = {"network": NETWORK, "env_id": ENV_ID, "passes": passes}
     recording.finish(figures, ratios, args.out or "data/performance_model_cpu.json")
     return 0
 

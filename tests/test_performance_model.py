@@ -307,3 +307,74 @@ def test_every_projection_row_states_its_source_and_its_assumptions():
 def test_a_projection_without_an_accelerator_is_refused_with_the_record_to_give():
     with pytest.raises(ValueError, match="component_costs_cuda"):
         projection_rows(machine())
+
+
+# --------------------------------------------------------------------------------------------------
+# The panel of notebook 11
+
+
+def test_the_model_panel_redraws_every_architecture_from_its_sliders():
+    from workbench.lab.model_panel import ModelPanel
+
+    gpu = DeviceCosts("cuda", flat(1 * MS), flat(5 * MS))
+    panel = ModelPanel({"hand-made": machine(cores=2, accelerator=gpu, accelerators=1)})
+    small = panel.show(cores=2, accelerators=0, actors=16)
+    large = panel.show(cores=64, accelerators=1, actors=256)
+    assert set(small) == {"SEED", "IMPALA-style", "Ape-X"}
+    assert large["IMPALA-style"]["frames_per_second"] > small["IMPALA-style"]["frames_per_second"]
+    assert len(panel.figure.data) == 3  # one line per architecture (no measured points given)
+
+
+def test_the_model_panel_names_a_slider_it_does_not_have():
+    from workbench.lab.model_panel import ModelPanel
+
+    panel = ModelPanel({"hand-made": machine()})
+    with pytest.raises(ValueError, match="no slider \\['tpus'\\]"):
+        panel.show(tpus=8)
+
+
+def test_the_model_panel_says_when_gpus_are_asked_of_costs_without_one():
+    from workbench.lab.model_panel import ModelPanel
+
+    panel = ModelPanel({"hand-made": machine()})
+    assert panel.show(accelerators=1) == {}
+    assert "GPU" in panel.message.value
+
+
+# --------------------------------------------------------------------------------------------------
+# The calibration and validation command, at ci size
+
+
+@pytest.mark.slow
+def test_the_calibration_command_measures_every_input_and_states_every_error(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "model.json"
+    command = [sys.executable, "benchmarks/performance_model.py", "--seconds", "0.2"]
+    command += ["--cost-seconds", "0.02", "--env-seconds", "0.2", "--repeats", "1"]
+    command += ["--actors", "1", "2", "--horizon", "8", "--out", str(out)]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = json.loads(out.read_text())["passes"]  # one pass: its costs, systems and rows
+    costs = record["costs"]
+    assert {r["network"] for r in costs["inference"]} == {"nature-84", "universe-42"}
+    assert costs["transport"]["request_seconds"] >= 0
+    assert {r["sampler"] for r in costs["samplers"]} == {
+        "serial",
+        "parallel",
+        "batched",
+        "alternating",
+    }
+    systems = {(s["system"], s["setting"]) for s in record["systems"]}
+    assert ("seed", "2 actors") in systems and ("impala", "2 actors") in systems
+    # Every measured throughput has its prediction and error, and the command's ratios say so.
+    throughputs = [v for v in record["validation"] if v["quantity"] == "env steps/s"]
+    assert len(throughputs) == len(record["systems"])
+    assert all(
+        v["predicted"] > 0 and v["error"] == v["predicted"] / v["measured"] - 1 for v in throughputs
+    )
+    assert "worst_error=" in done.stdout and "within_20pct=" in done.stdout

@@ -378,3 +378,30 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
         v["predicted"] > 0 and v["error"] == v["predicted"] / v["measured"] - 1 for v in throughputs
     )
     assert "worst_error=" in done.stdout and "within_20pct=" in done.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# The recorded validation
+
+
+def test_the_recorded_validation_is_the_model_s_and_every_miss_is_explained():
+    from pathlib import Path
+
+    from workbench.measure.costs import load_record
+    from workbench.measure.model_validation import EXPLAINED_MISSES, TOLERANCE
+
+    record = load_record(Path(__file__).resolve().parent.parent / "data/performance_model_cpu.json")
+    missed = set()
+    for recorded in record["passes"]:
+        rows = validation_rows(recorded["costs"], recorded["systems"], record["network"])
+        # The model's code still predicts what the record stored (else: run the benchmark again).
+        assert [r.predicted for r in rows] == pytest.approx(
+            [v["predicted"] for v in recorded["validation"]], rel=1e-9
+        )
+        missed |= {
+            r.system
+            for r in rows
+            if r.quantity == "env steps/s" and not r.calibration_point and abs(r.error) > TOLERANCE
+        }
+    # Every kind with a throughput outside 20% says why, and no explanation is left stale.
+    assert missed == set(EXPLAINED_MISSES)

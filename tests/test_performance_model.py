@@ -405,3 +405,13 @@ def test_the_recorded_validation_is_the_model_s_and_every_miss_is_explained():
         }
     # Every kind with a throughput outside 20% says why, and no explanation is left stale.
     assert missed == set(EXPLAINED_MISSES)
+
+
+def test_the_recorded_costs_carry_this_machine_s_cores_and_the_h100_s_costs():
+    from pathlib import Path
+
+    from workbench.measure.projection import recorded_costs
+
+    costs = recorded_costs(Path(__file__).resolve().parent.parent / "data")
+    assert costs.cores == 2 and costs.accelerators == 1
+    assert costs.accelerator.inference(256) < costs.cpu_one.inference(256)  # the GPU is faster

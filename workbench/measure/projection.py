@@ -22,12 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from workbench.measure import performance_model as model
-from workbench.measure.costs import MachineCosts
+from workbench.measure.costs import MachineCosts, load_record, machine_costs
 
-__all__ = ["FRAMESKIP", "Published", "Scenario", "SCENARIOS", "projection_rows", "on_machine"]
+__all__ = [
+    "FRAMESKIP",
+    "Published",
+    "Scenario",
+    "SCENARIOS",
+    "on_machine",
+    "projection_rows",
+    "recorded_costs",
+]
 
 FRAMESKIP = 4
 """Raw frames per env step in every figure below."""
@@ -222,3 +231,13 @@ def projection_rows(costs: MachineCosts) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def recorded_costs(data_dir: "str | Path", network: str = "nature-84") -> MachineCosts:
+    """This machine's costs as ``data/performance_model_cpu.json`` recorded them (its first pass)
+    with a lent H100's (``data/component_costs_cuda_h100.json``), for ``network``: what the
+    notebooks' "on the papers' machines" cells project from."""
+    data_dir = Path(data_dir)
+    cpu = load_record(data_dir / "performance_model_cpu.json")["passes"][0]["costs"]
+    gpu = load_record(data_dir / "component_costs_cuda_h100.json")
+    return machine_costs(cpu, network, gpu_record=gpu)

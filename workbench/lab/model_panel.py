@@ -1,6 +1,7 @@
-"""Sliders over the performance model (notebook 11): cores, accelerators, actors, the network, a
-request's cost and the prices; each architecture's throughput, bottleneck and cost per million
-frames redrawn at once, with this machine's measured points on the same axes.
+"""Sliders over the performance model (notebook 11): cores, accelerators, actors, the network, what
+the server spends on a request, a link's latency and the prices; each architecture's throughput,
+bottleneck and cost per million frames redrawn at once, with this machine's measured points on
+the same axes.
 
 Nothing is measured here: the panel reads the costs calibrated on this machine
 (``data/performance_model_cpu.json``) and a GPU's (``data/component_costs_cuda_h100.json``), and
@@ -29,7 +30,16 @@ from workbench.measure.projection import FRAMESKIP
 __all__ = ["ModelPanel"]
 
 ACTOR_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-SLIDERS = ("network", "cores", "accelerators", "actors", "request_us", "core_price", "gpu_price")
+SLIDERS = (
+    "network",
+    "cores",
+    "accelerators",
+    "actors",
+    "server_request_us",
+    "link_latency_us",
+    "core_price",
+    "gpu_price",
+)
 
 
 class ModelPanel:
@@ -63,12 +73,21 @@ class ModelPanel:
         self.actors = widgets.SelectionSlider(
             options=ACTOR_COUNTS, value=16, description="actors", style=style, layout=layout
         )
-        self.request_us = widgets.FloatLogSlider(
-            value=first.request_seconds * 1e6 or 100.0,
+        self.server_request_us = widgets.FloatLogSlider(
+            value=first.request_cpu_seconds * 1e6 or 100.0,
             base=10,
             min=0,
             max=4,
-            description="request cost (us)",
+            description="server's cost per request (us)",
+            style=style,
+            layout=layout,
+        )
+        self.link_latency_us = widgets.FloatSlider(
+            value=0.0,
+            min=0.0,
+            max=2000.0,
+            step=10.0,
+            description="link latency (us)",
             style=style,
             layout=layout,
         )
@@ -101,7 +120,8 @@ class ModelPanel:
             self.cores,
             self.accelerators,
             self.actors,
-            self.request_us,
+            self.server_request_us,
+            self.link_latency_us,
             self.core_price,
             self.gpu_price,
         ]
@@ -110,7 +130,8 @@ class ModelPanel:
         return Hardware(
             cores=self.cores.value,
             accelerators=self.accelerators.value,
-            request_us=self.request_us.value,
+            server_request_us=self.server_request_us.value,
+            link_latency_us=self.link_latency_us.value,
             core_dollars_per_hour=self.core_price.value,
             accelerator_dollars_per_hour=self.gpu_price.value,
         )

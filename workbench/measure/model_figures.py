@@ -33,12 +33,15 @@ ARCHITECTURE_COLORS = {"SEED": "#d62728", "IMPALA-style": "#7f7f7f", "Ape-X": "#
 
 @dataclass(frozen=True)
 class Hardware:
-    """A machine to predict for: ``cores`` and ``accelerators`` of the calibrated kinds, the
-    request cost (``request_us``: a pipe here, a network hop between machines), and prices."""
+    """A machine to predict for: ``cores`` and ``accelerators`` of the calibrated kinds, what the
+    server's loop spends on a request (``server_request_us``; None: as calibrated), the latency a
+    link between the actors' machines and the server's adds to a request (``link_latency_us``),
+    and prices."""
 
     cores: int = 2
     accelerators: int = 0
-    request_us: float | None = None
+    server_request_us: float | None = None
+    link_latency_us: float = 0.0
     core_dollars_per_hour: float = 0.05
     accelerator_dollars_per_hour: float = 2.0
 
@@ -54,10 +57,12 @@ class Hardware:
                 "accelerators > 0 needs a GPU's costs: machine_costs(..., gpu_record=...)"
             )
         costs = costs.with_hardware(cores=self.cores, accelerators=self.accelerators)
-        if self.request_us is None:
-            return costs
-        request = self.request_us * 1e-6
-        return replace(costs, request_seconds=request, request_cpu_seconds=request)
+        cpu = costs.request_cpu_seconds
+        if self.server_request_us is not None:
+            cpu = self.server_request_us * 1e-6
+        # A request's wall time: what the transport takes beyond its CPU, the CPU, the link.
+        wall = costs.request_seconds - costs.request_cpu_seconds + cpu + self.link_latency_us * 1e-6
+        return replace(costs, request_seconds=wall, request_cpu_seconds=cpu)
 
     def dollars_per_hour(self) -> float:
         return (

@@ -218,8 +218,9 @@ def seed(
 ) -> Prediction:
     """Env-only actors and one inference server (Espeholt et al. 2020, Sec. 3, Fig. 2).
 
-    A request adds ``request_seconds`` at each end (``request_cpu_seconds`` of it CPU); the
-    server serves a batch of b in ``S(b) = t_inf(b) + b * request_seconds`` (its loop is serial).
+    A request adds ``request_seconds`` at each end (a link's latency included) and costs
+    ``request_cpu_seconds`` of CPU at each; the server's loop is serial and serves a batch of b in
+    ``S(b) = t_inf(b) + b * request_cpu_seconds``.
     An actor's step alone takes ``R0 = e * t_env1 + 2 * request_seconds + t_inf(b)``. Bounds: the
     cores (every process's CPU per step), the server (``b / S(b)``) and the actors
     (``N * e / R0``). Greedy batching (the
@@ -232,7 +233,9 @@ def seed(
     request = costs.request_seconds
 
     def serve(b: float) -> float:
-        return device.inference(b) + device.copy(b * costs.obs_bytes) + b * request
+        return (
+            device.inference(b) + device.copy(b * costs.obs_bytes) + b * costs.request_cpu_seconds
+        )
 
     env = costs.env_one_seconds if envs_per_actor == 1 else costs.env_seconds
 

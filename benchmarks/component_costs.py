@@ -60,12 +60,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def inference_rows(device, threads: list[int], seconds: float) -> list[dict]:
+def inference_rows(
+    device, threads: list[int], seconds: float, networks: tuple[str, ...] = tuple(NETWORKS)
+) -> list[dict]:
     from workbench.measure.throughput import measure_inference
     from workbench.models import ActorCritic
 
     rows = []
-    for net, (shape, options) in NETWORKS.items():
+    for net in networks:
+        shape, options = NETWORKS[net]
         model = ActorCritic(shape, PONG_ACTIONS, **options).eval()
         for thread_count in threads:
             for batch in INFERENCE_BATCHES:
@@ -92,7 +95,9 @@ def inference_rows(device, threads: list[int], seconds: float) -> list[dict]:
     return rows
 
 
-def learning_rows(device, threads: list[int], seconds: float) -> list[dict]:
+def learning_rows(
+    device, threads: list[int], seconds: float, networks: tuple[str, ...] = tuple(NETWORKS)
+) -> list[dict]:
     import torch
 
     from workbench.learners.precision import update_rate
@@ -100,7 +105,8 @@ def learning_rows(device, threads: list[int], seconds: float) -> list[dict]:
     from workbench.models import ActorCritic
 
     rows = []
-    for net, (shape, options) in NETWORKS.items():
+    for net in networks:
+        shape, options = NETWORKS[net]
         model = ActorCritic(shape, PONG_ACTIONS, **options)
         for thread_count in threads:
             for autocast in (None, "bfloat16"):
@@ -245,7 +251,12 @@ SAMPLER_LAYOUTS = {
 """The layouts whose coordination is measured (sampler_throughput.py's, at 64 envs)."""
 
 
-def sampler_rows(seconds: float, env_seconds: float, horizon: int = 64) -> list[dict]:
+def sampler_rows(
+    seconds: float,
+    env_seconds: float,
+    horizon: int = 64,
+    kinds: tuple[str, ...] = tuple(SAMPLER_LAYOUTS),
+) -> list[dict]:
     """What each sampler layout costs beyond stepping and inference: measured on CartPole, whose
     env step (``env_seconds``: ``cartpole_env_seconds``) and forward pass are small and are taken
     out, so what remains per env step is the layout's own work (handing actions and observations
@@ -256,7 +267,8 @@ def sampler_rows(seconds: float, env_seconds: float, horizon: int = 64) -> list[
 
     model = make_model("CartPole-v1")
     rows = []
-    for kind, settings in SAMPLER_LAYOUTS.items():
+    for kind in kinds:
+        settings = SAMPLER_LAYOUTS[kind]
         envs, workers = settings["num_envs"], settings.get("num_workers", 1)
         per_worker = envs // workers if kind == "parallel" else envs
         forward = measure_inference_seconds(model, per_worker, seconds)

@@ -68,6 +68,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--horizon", type=int, default=64, help="the samplers' rollout length")
     parser.add_argument(
+        "--samplers",
+        nargs="+",
+        default=list(component_costs.SAMPLER_LAYOUTS),
+        choices=list(component_costs.SAMPLER_LAYOUTS),
+        help="the sampler layouts to calibrate and measure (default: all four)",
+    )
+    parser.add_argument(
+        "--networks",
+        nargs="+",
+        default=list(component_costs.NETWORKS),
+        choices=list(component_costs.NETWORKS),
+        help="the networks whose forward pass and gradient step are measured (default: both)",
+    )
+    parser.add_argument(
         "--env-seconds", type=float, default=2.0, help="seconds per env-stepping figure (at least)"
     )
     parser.add_argument("--out", default=None, help="default data/performance_model_cpu.json")
@@ -79,7 +93,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def calibrate(seconds: float, cores: int, repeats: int, env_seconds: float = 2.0) -> dict:
+def calibrate(
+    seconds: float,
+    cores: int,
+    repeats: int,
+    env_seconds: float = 2.0,
+    samplers: tuple[str, ...] = tuple(component_costs.SAMPLER_LAYOUTS),
+    networks: tuple[str, ...] = tuple(component_costs.NETWORKS),
+) -> dict:
     """Every component ``repeats`` times, every pass's rows kept (``measure.costs`` reads the
     fastest of each); the transport's pass with the cheapest request."""
     import torch
@@ -96,12 +117,12 @@ def calibrate(seconds: float, cores: int, repeats: int, env_seconds: float = 2.0
         "samplers": [],
     }
     for _ in range(repeats):
-        costs["inference"] += component_costs.inference_rows(device, threads, seconds)
-        costs["learning"] += component_costs.learning_rows(device, threads, seconds)
+        costs["inference"] += component_costs.inference_rows(device, threads, seconds, networks)
+        costs["learning"] += component_costs.learning_rows(device, threads, seconds, networks)
         costs["env"] += component_costs.env_rows(threads, seconds, env_seconds)
         costs["transport_passes"].append(component_costs.transport_row(seconds))
         cartpole = component_costs.cartpole_env_seconds(seconds)
-        costs["samplers"] += component_costs.sampler_rows(seconds, cartpole)
+        costs["samplers"] += component_costs.sampler_rows(seconds, cartpole, kinds=samplers)
     costs["transport"] = min(costs["transport_passes"], key=lambda row: row["request_seconds"])
     return costs
 
@@ -112,7 +133,7 @@ def record_machine():
     return machine_info()
 
 
-def measure_samplers(seconds: float, horizon: int) -> list[dict]:
+def measure_samplers(seconds: float, horizon: int, kinds: tuple[str, ...]) -> list[dict]:
     from workbench.measure import throughput
     from workbench.measure.central_inference import make_model
     from workbench.sampling import make_sampler
@@ -120,6 +141,8 @@ def measure_samplers(seconds: float, horizon: int) -> list[dict]:
     model = make_model(ENV_ID)
     rows = []
     for kind, settings, threads in SAMPLERS:
+        if kind not in kinds:
+            continue
         with make_sampler(kind, ENV_ID, horizon=horizon, seed=0, **settings) as sampler:
             measured = throughput.measure_sampler(sampler, model, seconds, num_threads=threads)
         setting = ", ".join(f"{k}={v}" for k, v in settings.items()) + f", torch={threads}"
@@ -185,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     passes, tested = [], []
     for number in range(1, args.repeats + 1):
         print(f"\npass {number} of {args.repeats}", flush=True)
-        costs = calibrate(args.cost_seconds, cores, 1, args.env_seconds)
-        systems = measure_samplers(args.seconds, args.horizon)
+        samplers, networks = tuple(args.samplers), tuple(args.networks)
+        costs = calibrate(args.cost_seconds, cores, 1, args.env_seconds, samplers, networks)
+        systems = measure_samplers(args.seconds, args.horizon, samplers)
         systems += measure_central_inference(args.seconds, args.actors, 1)
         rows = validation_rows(costs, systems, NETWORK)
         show(rows)

@@ -356,21 +356,21 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
     out = tmp_path / "model.json"
     command = [sys.executable, "benchmarks/performance_model.py", "--seconds", "0.2"]
     command += ["--cost-seconds", "0.02", "--env-seconds", "0.2", "--repeats", "1"]
-    command += ["--actors", "1", "2", "--horizon", "8", "--out", str(out)]
+    command += ["--actors", "2", "--horizon", "8", "--samplers", "serial"]
+    command += ["--networks", "nature-84", "--out", str(out)]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = json.loads(out.read_text())["passes"]  # one pass: its costs, systems and rows
     costs = record["costs"]
-    assert {r["network"] for r in costs["inference"]} == {"nature-84", "universe-42"}
+    assert {r["network"] for r in costs["inference"]} == {"nature-84"}
+    assert {r["threads"] for r in costs["learning"]} >= {1}
     assert costs["transport"]["request_seconds"] >= 0
-    assert {r["sampler"] for r in costs["samplers"]} == {
-        "serial",
-        "parallel",
-        "batched",
-        "alternating",
-    }
+    assert [r["sampler"] for r in costs["samplers"]] == ["serial"]
     systems = {(s["system"], s["setting"]) for s in record["systems"]}
-    assert ("seed", "2 actors") in systems and ("impala", "2 actors") in systems
+    assert systems == {("serial", "num_envs=16, torch=1"), ("serial", "num_envs=64, torch=2")} | {
+        ("seed", "2 actors"),
+        ("impala", "2 actors"),
+    }
     # Every measured throughput has its prediction and error, and the command's ratios say so.
     throughputs = [v for v in record["validation"] if v["quantity"] == "env steps/s"]
     assert len(throughputs) == len(record["systems"])

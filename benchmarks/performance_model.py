@@ -96,35 +96,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def calibrate(
     seconds: float,
     cores: int,
-    repeats: int,
     env_seconds: float = 2.0,
     samplers: tuple[str, ...] = tuple(component_costs.SAMPLER_LAYOUTS),
     networks: tuple[str, ...] = tuple(component_costs.NETWORKS),
 ) -> dict:
-    """Every component ``repeats`` times, every pass's rows kept (``measure.costs`` reads the
-    fastest of each); the transport's pass with the cheapest request."""
+    """Every component once, in the shape ``measure.costs.machine_costs`` reads (a pass of
+    ``main`` calibrates, then measures the systems it predicts)."""
     import torch
 
     threads = sorted({1, cores})
     device = torch.device("cpu")
-    costs = {
+    return {
         "device": "cpu",
         "machine": {"cores": cores, "cpu_model": record_machine().cpu_model},
-        "inference": [],
-        "learning": [],
-        "env": [],
-        "transport_passes": [],
-        "samplers": [],
+        "inference": component_costs.inference_rows(device, threads, seconds, networks),
+        "learning": component_costs.learning_rows(device, threads, seconds, networks),
+        "env": component_costs.env_rows(threads, seconds, env_seconds),
+        "transport": component_costs.transport_row(seconds),
+        "samplers": component_costs.sampler_rows(
+            seconds, component_costs.cartpole_env_seconds(seconds), kinds=samplers
+        ),
     }
-    for _ in range(repeats):
-        costs["inference"] += component_costs.inference_rows(device, threads, seconds, networks)
-        costs["learning"] += component_costs.learning_rows(device, threads, seconds, networks)
-        costs["env"] += component_costs.env_rows(threads, seconds, env_seconds)
-        costs["transport_passes"].append(component_costs.transport_row(seconds))
-        cartpole = component_costs.cartpole_env_seconds(seconds)
-        costs["samplers"] += component_costs.sampler_rows(seconds, cartpole, kinds=samplers)
-    costs["transport"] = min(costs["transport_passes"], key=lambda row: row["request_seconds"])
-    return costs
 
 
 def record_machine():
@@ -209,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     for number in range(1, args.repeats + 1):
         print(f"\npass {number} of {args.repeats}", flush=True)
         samplers, networks = tuple(args.samplers), tuple(args.networks)
-        costs = calibrate(args.cost_seconds, cores, 1, args.env_seconds, samplers, networks)
+        costs = calibrate(args.cost_seconds, cores, args.env_seconds, samplers, networks)
         systems = measure_samplers(args.seconds, args.horizon, samplers)
         systems += measure_central_inference(args.seconds, args.actors, 1)
         rows = validation_rows(costs, systems, NETWORK)

@@ -231,7 +231,11 @@ def _measure_ray(
         actors.start()
 
         def reset_latency() -> None:
+            # Both sides of the hop from the same moment: the actors' round trips since their start
+            # (the warm-up, a slow spell) against the server's latency in the window alone made
+            # the overhead negative on a loaded machine.
             ray.get(server.reset_stats.remote(), timeout=60)
+            actors.reset_round_trips()
 
         processes = [psutil.Process(), *(instance.processes() if instance else [])]
         steps, window, _, cpu = measure_window(

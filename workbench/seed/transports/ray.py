@@ -175,6 +175,10 @@ class RayEnvActor:
         """End ``run`` after the step in progress."""
         self._stop = True
 
+    async def reset_round_trips(self) -> None:
+        """Start the ``round_trip`` percentiles afresh, with the server's (a measured window)."""
+        self.round_trip.clear()
+
     async def stats(self) -> dict[str, Any]:
         """``steps``, ``episodes``, ``returns`` (the last 100), ``round_trip`` p50/p99 (request ->
         action, as this actor saw it), and ``reason`` (why ``run`` ended, or None)."""
@@ -465,6 +469,12 @@ class RayActors:
 
     def actor_handles(self) -> dict[int, Any]:
         return {index: handle.actor for index, handle in list(self._actors.items())}
+
+    def reset_round_trips(self, timeout: float = 30.0) -> None:
+        """Each live actor starts its round-trip percentiles afresh: a window measured against the
+        server's ``reset_stats`` then compares the same requests on both sides of the hop."""
+        handles = list(self._actors.values())
+        self.ray.get([h.actor.reset_round_trips.remote() for h in handles], timeout=timeout)
 
     def actor_stats(self, timeout: float = 30.0) -> dict[int, dict]:
         """Each live actor's ``RayEnvActor.stats()``."""

@@ -15,6 +15,7 @@ from collections import deque
 from multiprocessing.connection import wait as wait_connections
 from typing import Any
 
+import numpy as np
 import torch
 
 from workbench.apex.actor import ApexActor
@@ -232,7 +233,10 @@ class LocalTransport:
         return self._batches.popleft()
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
-        self.learner_conn.send(("priorities", indices, priorities))
+        # numpy, not tensors, through the pipe: a tensor crosses as a shared-memory file
+        # descriptor fetched through a socket, which cost the learner and the replay more than the
+        # 64 floats themselves (as for the actors' blocks).
+        self.learner_conn.send(("priorities", np.asarray(indices), np.asarray(priorities)))
 
     def stats(self) -> dict[str, Any]:
         self.learner_conn.send(("stats",))

@@ -7,7 +7,7 @@ import pytest
 
 from workbench.measure import performance_model as model
 from workbench.measure.costs import Curve, DeviceCosts, MachineCosts, machine_costs
-from workbench.measure.model_validation import ValidationRow, validation_rows
+from workbench.measure.model_validation import THROUGHPUTS, ValidationRow, validation_rows
 from workbench.measure.projection import SCENARIOS, on_machine, projection_rows
 
 MS = 1e-3
@@ -207,6 +207,59 @@ def test_data_parallel_learners_pay_a_ring_all_reduce():
     assert 1 / two.updates_per_second == pytest.approx(132 * MS)
 
 
+def test_data_parallel_learners_pay_each_small_collective_s_latency():
+    costs = machine(cores=8, update=per_item(1 * MS))
+    two = model.data_parallel_learners(
+        costs,
+        2,
+        256,
+        parameters=1,
+        all_reduce_seconds_per_byte=0.0,
+        all_reduce_latency=0.5 * MS,
+        small_collectives=7,
+    )
+    # The gradient's all-reduce and 7 of a few floats, each over 2 (k - 1) = 2 hops of 0.5 ms.
+    assert two.details["all_reduce_seconds"] == pytest.approx(8 * 2 * 0.5 * MS)
+
+
+def test_cfs_weights_are_the_kernel_s_table():
+    # sched_prio_to_weight in the Linux kernel: nice 0, 5, 10, 19.
+    assert model.cfs_weight(0) == 1024
+    assert [round(model.cfs_weight(n)) for n in (5, 10, 19)] == pytest.approx([335, 110, 15], abs=1)
+
+
+APEX_ROLES = {
+    "actor_step_seconds": 1 * MS,
+    "replay_add_seconds": 0.0,
+    "replay_sample_seconds": 0.1 * MS,
+    "learner_update_seconds": 2 * MS,
+    "batch_size": 64,
+}
+
+
+def test_apex_local_with_cores_to_spare_runs_each_role_at_its_own_speed():
+    alone = model.apex_local(machine(cores=8, apex_roles=APEX_ROLES), 1)
+    assert alone.env_steps_per_second == pytest.approx(1 / (1 * MS))  # the actor's own pace
+    assert alone.updates_per_second == pytest.approx(1 / (2 * MS))  # the learner's own pace
+    assert alone.bottleneck == "actors" and alone.details["learner_share"] == 1.0
+
+
+def test_apex_local_actors_at_nice_10_take_a_share_of_the_learner_s_core():
+    eight = model.apex_local(machine(cores=2, apex_roles=APEX_ROLES), 8, actor_nice=10)
+    share = 1024 / (1024 + model.cfs_weight(10) * 8 / 2)  # 4 actors on each of the 2 cores
+    assert eight.details["learner_share"] == pytest.approx(share)
+    assert eight.updates_per_second == pytest.approx(share / (2 * MS))
+    # The actors take what the learner and the replay leave of the two cores.
+    left = 2 - eight.updates_per_second * 2.1 * MS
+    assert eight.env_steps_per_second == pytest.approx(left / (1 * MS))
+    assert eight.bottleneck == "cores"
+
+
+def test_apex_local_without_role_costs_names_the_command_that_measures_them():
+    with pytest.raises(ValueError, match="benchmarks/performance_model.py"):
+        model.apex_local(machine(), 2)
+
+
 # --------------------------------------------------------------------------------------------------
 # Costs from a record, and the validation rows
 
@@ -357,7 +410,8 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
     command = [sys.executable, "benchmarks/performance_model.py", "--seconds", "0.2"]
     command += ["--cost-seconds", "0.02", "--env-seconds", "0.2", "--repeats", "1"]
     command += ["--actors", "2", "--horizon", "8", "--samplers", "serial"]
-    command += ["--networks", "nature-84", "--out", str(out)]
+    command += ["--networks", "nature-84", "--apex-actors", "1", "--learners", "2"]
+    command += ["--out", str(out)]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = json.loads(out.read_text())["passes"]  # one pass: its costs, systems and rows
@@ -366,14 +420,20 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
     assert {r["threads"] for r in costs["learning"]} >= {1}
     assert costs["transport"]["request_seconds"] >= 0
     assert [r["sampler"] for r in costs["samplers"]] == ["serial"]
+    assert all(costs["apex"][k] > 0 for k in ("actor_step_seconds", "learner_update_seconds"))
+    dp = costs["data_parallel"]
+    assert dp["seconds_per_byte"] > 0 and dp["parameters"] > 1e6
+    assert [(u["replicas"], u["samples"]) for u in dp["updates"]] == [(2, 512)]
     systems = {(s["system"], s["setting"]) for s in record["systems"]}
     assert systems == {("serial", "num_envs=16, torch=1"), ("serial", "num_envs=64, torch=2")} | {
         ("seed", "2 actors"),
         ("impala", "2 actors"),
+        ("apex", "1 actors"),
+        ("learners", "2 learners"),
     }
     # Every measured throughput has its prediction and error, and the command's ratios say so.
-    throughputs = [v for v in record["validation"] if v["quantity"] == "env steps/s"]
-    assert len(throughputs) == len(record["systems"])
+    throughputs = [v for v in record["validation"] if v["quantity"] in THROUGHPUTS]
+    assert len(throughputs) == len(record["systems"]) + 1  # Ape-X's updates/s besides
     assert all(
         v["predicted"] > 0 and v["error"] == v["predicted"] / v["measured"] - 1 for v in throughputs
     )
@@ -401,7 +461,7 @@ def test_the_recorded_validation_is_the_model_s_and_every_miss_is_explained():
         missed |= {
             r.system
             for r in rows
-            if r.quantity == "env steps/s" and not r.calibration_point and abs(r.error) > TOLERANCE
+            if r.quantity in THROUGHPUTS and not r.calibration_point and abs(r.error) > TOLERANCE
         }
     # Every kind with a throughput outside 20% says why, and no explanation is left stale.
     assert missed == set(EXPLAINED_MISSES)

@@ -95,7 +95,11 @@ class MachineCosts:
     read, a copy into shared memory, a process waking), ``request_cpu_seconds`` the CPU of it;
     ``sampler_seconds``: each sampler layout's own work per env step (handing data between its
     processes, writing the rollout), beyond stepping and inference;
-    ``accelerator``: a GPU's costs, ``accelerators`` of them.
+    ``accelerator``: a GPU's costs, ``accelerators`` of them. ``apex_roles``: CPU-seconds of
+    Ape-X's roles (``measure.process_costs.apex_role_costs``); ``data_parallel``: a gloo
+    all-reduce's ``seconds_per_byte`` and ``latency_seconds`` over the network's ``parameters``
+    (``measure.process_costs.all_reduce_costs``) and the learner's own ``updates`` on each
+    replica's shard (``measure.process_costs.learner_update_costs``).
     """
 
     name: str
@@ -112,6 +116,8 @@ class MachineCosts:
     sampler_seconds: Mapping[str, float] = field(default_factory=dict)
     accelerator: DeviceCosts | None = None
     accelerators: int = 0
+    apex_roles: Mapping[str, float] = field(default_factory=dict)
+    data_parallel: Mapping[str, Any] = field(default_factory=dict)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -245,5 +251,7 @@ def machine_costs(
         sampler_seconds=_sampler_seconds(cpu_record.get("samplers", ())),
         accelerator=accelerator,
         accelerators=(1 if accelerators is None else accelerators) if accelerator else 0,
+        apex_roles=dict(cpu_record.get("apex", {})),
+        data_parallel=dict(cpu_record.get("data_parallel", {})),
         source={"cpu": cpu_record.get("command"), "gpu": (gpu_record or {}).get("command")},
     )

@@ -20,11 +20,15 @@ __all__ = [
     "CALIBRATION_POINTS",
     "EXPLAINED_MISSES",
     "SYSTEMS",
+    "THROUGHPUTS",
     "ValidationRow",
     "predict",
     "validation_rows",
     "TOLERANCE",
 ]
+
+THROUGHPUTS = ("env steps/s", "samples/s", "updates/s")
+"""The quantities the 20% aim counts (a server's batch and latency are shown beside them)."""
 
 TOLERANCE = 0.20
 """The aim: every predicted throughput within 20% of the measured one (the issue's bar)."""
@@ -50,6 +54,28 @@ def _sampler(kind: str) -> Callable[[MachineCosts, Mapping[str, Any]], model.Pre
     return predict
 
 
+def _data_parallel(costs: MachineCosts, s: Mapping[str, Any]) -> model.Prediction:
+    measured = costs.data_parallel
+    updates = {(row["samples"], row["threads"]): row["seconds"] for row in measured["updates"]}
+
+    def update_seconds(samples: float, threads: float) -> float:
+        # A replica with less than a core (more learners than cores) takes turns on one.
+        return updates[(round(samples), max(round(threads), 1))] / min(threads, 1.0)
+
+    return model.data_parallel_learners(
+        costs,
+        s["learners"],
+        s["minibatch"],
+        parameters=int(measured["parameters"]),
+        all_reduce_seconds_per_byte=measured["seconds_per_byte"],
+        all_reduce_latency=measured["latency_seconds"],
+        gradient_steps=s["gradient_steps"],
+        samples_per_update=s["samples_per_update"],
+        small_collectives=s.get("small_collectives", 0),
+        update_seconds=update_seconds,
+    )
+
+
 SYSTEMS: dict[str, Callable[[MachineCosts, Mapping[str, Any]], model.Prediction]] = {
     "serial": _sampler("serial"),
     "parallel": _sampler("parallel"),
@@ -59,6 +85,8 @@ SYSTEMS: dict[str, Callable[[MachineCosts, Mapping[str, Any]], model.Prediction]
     "seed": lambda costs, s: model.seed(
         costs, s["num_actors"], full_batches=s.get("timeout", 0.0) > 0
     ),
+    "apex": lambda costs, s: model.apex_local(costs, s["num_actors"], actor_nice=s["actor_nice"]),
+    "learners": lambda costs, s: _data_parallel(costs, s),
 }
 """Each measured system's prediction from the machine's costs and the settings it ran with."""
 
@@ -123,8 +151,9 @@ def predict(costs: MachineCosts, system: Mapping[str, Any]) -> model.Prediction:
 def validation_rows(
     costs_record: Mapping[str, Any], systems: Sequence[Mapping[str, Any]], network: str
 ) -> list[ValidationRow]:
-    """Predicted against measured for every system (env steps/s; for SEED also the server's
-    mean batch and the latency p50, which the model gives as a mean: queue + forward)."""
+    """Predicted against measured for every system: its throughput (env steps/s; a learner's
+    samples/s, as the system's ``quantity`` names it), Ape-X's updates/s, and SEED's server mean
+    batch and latency p50 (which the model gives as a mean: queue + forward)."""
     costs = machine_costs(costs_record, network)
     rows = []
     for system in systems:
@@ -135,7 +164,7 @@ def validation_rows(
             ValidationRow(
                 system["system"],
                 setting,
-                "env steps/s",
+                system.get("quantity", "env steps/s"),
                 system["steps_per_second"],
                 predicted.env_steps_per_second,
                 predicted.bottleneck,
@@ -143,6 +172,7 @@ def validation_rows(
             )
         )
         for quantity, key, value in (
+            ("updates/s", "updates_per_second", predicted.updates_per_second),
             ("server batch", "mean_batch_size", predicted.server_batch),
             ("latency ms", "latency_p50_ms", predicted.latency_ms),
         ):

@@ -34,6 +34,8 @@ Systems (each a function returning a :class:`Prediction`):
 * :func:`seed`: env-only actors and one central inference server (Espeholt et al. 2020, Sec. 3).
 * :func:`apex`: actors that act with their own network and feed one replay, a learner that samples
   it (Horgan et al. 2018, Sec. 3), at a replay ratio or free-running.
+* :func:`apex_local`: Ape-X's local layout on one machine's shared cores, actors at a lower CPU
+  priority than the learner and the replay (Linux's CFS weights).
 * :func:`data_parallel_learners`: k learners that split a batch and all-reduce their gradients.
 """
 
@@ -54,6 +56,8 @@ __all__ = [
     "impala_actors",
     "seed",
     "apex",
+    "apex_local",
+    "cfs_weight",
     "data_parallel_learners",
     "cpu_update_seconds",
     "server_batch",
@@ -369,6 +373,67 @@ def apex(
     )
 
 
+def cfs_weight(nice: int) -> float:
+    """Linux CFS's weight of a thread at ``nice`` (the kernel's ``sched_prio_to_weight``: 1024 at
+    nice 0, 1.25x less a step, 110 at nice 10): the runnable threads on a core share it so."""
+    return 1024 / 1.25**nice
+
+
+def apex_local(costs: MachineCosts, actors: int, *, actor_nice: int = 10) -> Prediction:
+    """Ape-X's local layout (``apex.transports.local``; Horgan et al. 2018, Sec. 3) on the
+    machine's ``C`` shared cores: ``N`` actor processes at ``actor_nice``, one replay process
+    and the learner at nice 0, the learner free-running (no rate limiter).
+
+    The roles' CPU costs are measured alone (``costs.apex_roles``): ``a`` per env step of an actor,
+    ``r`` per transition the replay adds, ``s`` the replay's and ``l`` the learner's per update.
+    While more processes are runnable than cores, CFS shares each core by weight; with the actors
+    spread evenly (``N / C`` to a core) the learner and the replay each get
+    ``f = w0 / (w0 + w_a N / C)`` of a core (``f = 1`` when ``N + 2 <= C``). Then
+
+        U = min(f / l, (f - X r) / s)                updates/s: the learner's share, or the replay's
+        X = min(N / a, (C - U (l + s)) / (a + r))    env steps/s: the cores the others leave
+
+    solved by iterating from ``U = f / l``."""
+    positive_int(actors, "actors")
+    roles = costs.apex_roles
+    missing = {
+        "actor_step_seconds",
+        "replay_add_seconds",
+        "replay_sample_seconds",
+        "learner_update_seconds",
+    } - set(roles)
+    if missing:
+        raise ValueError(
+            f"the costs have no Ape-X role costs {sorted(missing)}: calibrate with "
+            "benchmarks/performance_model.py (measure.process_costs.apex_role_costs)"
+        )
+    a, r = roles["actor_step_seconds"], roles["replay_add_seconds"]
+    s, learn = roles["replay_sample_seconds"], roles["learner_update_seconds"]
+    cores = costs.cores
+    share = 1.0
+    if actors + 2 > cores:
+        share = min(1.0, cfs_weight(0) / (cfs_weight(0) + cfs_weight(actor_nice) * actors / cores))
+    updates = share / learn
+    for _ in range(50):
+        bounds = {"actors": actors / a, "cores": (cores - updates * (learn + s)) / (a + r)}
+        rate = max(min(bounds.values()), 0.0)
+        updates = max(min(share / learn, (share - rate * r) / s), 0.0)
+    bottleneck = min(bounds, key=bounds.__getitem__)
+    return Prediction(
+        "apex",
+        rate,
+        bottleneck,
+        bounds,
+        cpu_seconds_per_step=a + r + updates * (learn + s) / max(rate, 1e-12),
+        updates_per_second=updates,
+        details={
+            "learner_share": share,
+            "replay_ratio": updates * roles.get("batch_size", 1) / max(rate, 1e-12),
+            "updates_bound": "learner" if updates >= share / learn * (1 - 1e-9) else "replay",
+        },
+    )
+
+
 def data_parallel_learners(
     costs: MachineCosts,
     learners: int,
@@ -379,15 +444,22 @@ def data_parallel_learners(
     all_reduce_latency: float = 0.0,
     gradient_steps: int = 1,
     samples_per_update: int | None = None,
+    small_collectives: int = 0,
+    update_seconds: Callable[[float, float], float] | None = None,
     on_accelerator: bool = False,
 ) -> Prediction:
     """``learners`` processes split each minibatch of ``minibatch`` samples and average their
     gradients with a ring all-reduce (Stooke & Abbeel 2018, Sec. 4): a gradient step takes one
     learner's step on ``minibatch / k`` plus ``2 (k - 1) / k`` of the gradient's float32 bytes
-    through the link (and ``2 (k - 1)`` hops' latency). An update is ``gradient_steps`` of them
-    (PPO: epochs x minibatches) over ``samples_per_update`` samples (default ``minibatch``). On the
-    CPU the learners share the cores (each gets ``cores / k`` threads). Returns samples/s as
-    ``env_steps_per_second`` (an on-policy learner uses each env step once per update)."""
+    through the link (and ``2 (k - 1)`` hops' latency), and ``small_collectives`` all-reduces of a
+    few floats (a loss's mean over the joined batch: latency alone). An update is
+    ``gradient_steps`` of them (PPO: epochs x minibatches) over ``samples_per_update`` samples
+    (default ``minibatch``). On the CPU the learners share the cores (each gets ``cores / k``
+    threads). ``update_seconds(samples, threads)``, where the learner's own update was timed on a
+    replica's share (``measure.process_costs.learner_update_costs``), replaces the network's
+    gradient steps: the update is then that, plus ``gradient_steps`` all-reduces. Returns
+    samples/s as ``env_steps_per_second`` (an on-policy learner uses each env step once per
+    update)."""
     positive_int(learners, "learners")
     positive_int(minibatch, "minibatch")
     positive_int(gradient_steps, "gradient_steps")
@@ -404,7 +476,9 @@ def data_parallel_learners(
     ring = 0.0
     if learners > 1:
         ring = 2 * (learners - 1) / learners * 4 * parameters * all_reduce_seconds_per_byte
-        ring += 2 * (learners - 1) * all_reduce_latency
+        ring += 2 * (learners - 1) * all_reduce_latency * (1 + small_collectives)
+    if update_seconds is not None and not on_accelerator:
+        compute = update_seconds(samples / learners, costs.cores / learners) / gradient_steps
     seconds = gradient_steps * (compute + ring)
     return _least(
         "data-parallel",

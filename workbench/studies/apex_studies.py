@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
+import psutil
 
 from workbench.apex import Apex, ApexConfig
 from workbench.apex.recipes import APEX_CARTPOLE_LEARNER
@@ -69,6 +71,9 @@ class ApexThroughput:
     """Seconds from ``train()`` to the window's first row: processes started, replay warmed up."""
     per_actor_transitions: dict[int, int] = field(default_factory=dict)
     """Transitions each actor sent within the window."""
+    role_cores: dict[str, float] = field(default_factory=dict)
+    """Cores each role kept busy in the window (CPU seconds over wall seconds): ``learner`` (this
+    process), ``replay`` and ``actors`` (all together); local transport only, else empty."""
 
     @property
     def replay_ratio(self) -> float:
@@ -125,8 +130,8 @@ def apex_throughput(
             runs_dir=runs_dir,
             name=f"apex-throughput-{count}-actors",
         )
-        first, last = measured_window(apex, count, seconds, warmup_timeout)
-        result = throughput_between(count, first, last)
+        first, last, role_cores = measured_window(apex, count, seconds, warmup_timeout)
+        result = throughput_between(count, first, last, role_cores)
         results.append(result)
         if progress:
             print(
@@ -139,14 +144,37 @@ def apex_throughput(
     return results
 
 
+def role_cpu_seconds(apex: Apex) -> dict[str, float]:
+    """CPU seconds (user + system) each role of a local Ape-X run has used so far: ``learner``
+    (this process), ``replay``, ``actors`` (the live ones together); empty for another transport."""
+    replay = getattr(apex.transport, "replay", None)
+    if getattr(replay, "pid", None) is None:
+        return {}
+
+    def seconds(pid: int) -> float:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:  # ended between the listing and the reading
+            return 0.0
+        return times.user + times.system
+
+    return {
+        "learner": seconds(os.getpid()),
+        "replay": seconds(replay.pid),
+        "actors": sum(seconds(pid) for pid in apex.actor_pids().values()),
+    }
+
+
 def measured_window(
     apex: Apex, count: int, seconds: float, warmup_timeout: float
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, dict[str, float]]:
     """Run ``apex`` in this thread and return the rows that open and close its measured window:
     the first row at which all ``count`` actors had sent a block and the learner was updating,
-    and the first one ``seconds`` later (the run is stopped there). Raises TimeoutError when it
-    does not warm up within ``warmup_timeout`` seconds."""
+    and the first one ``seconds`` later (the run is stopped there), with the cores each role
+    kept busy between them (``role_cpu_seconds``). Raises TimeoutError when it does not warm up
+    within ``warmup_timeout`` seconds."""
     window: dict[str, dict] = {}
+    cpu: dict[str, dict[str, float]] = {}
 
     def watch(row: dict) -> None:
         if "event" in row:
@@ -154,10 +182,12 @@ def measured_window(
         if "start" not in window:
             if row["charts/updates"] > 0 and len(row["apex/per_actor"]) >= count:
                 window["start"] = row
+                cpu["start"] = role_cpu_seconds(apex)
             elif row["charts/wall_seconds"] > warmup_timeout:
                 apex.stop(wait=False)
         elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds:
             window["end"] = row
+            cpu["end"] = role_cpu_seconds(apex)
             apex.stop(wait=False)
 
     apex.on_row(watch)
@@ -169,10 +199,17 @@ def measured_window(
             "may be overloaded, or raise warmup_timeout."
         )
     rows = [row for row in apex.metrics if "event" not in row]
-    return window["start"], window.get("end", rows[-1])
+    end = window.get("end", rows[-1])
+    elapsed = max(end["charts/wall_seconds"] - window["start"]["charts/wall_seconds"], 1e-9)
+    cores = {}
+    if cpu.get("start") and cpu.get("end"):
+        cores = {k: (cpu["end"][k] - cpu["start"][k]) / elapsed for k in cpu["start"]}
+    return window["start"], end, cores
 
 
-def throughput_between(count: int, first: dict, last: dict) -> ApexThroughput:
+def throughput_between(
+    count: int, first: dict, last: dict, role_cores: dict[str, float] | None = None
+) -> ApexThroughput:
     """The rates between two metric rows of a run with ``count`` actors."""
     elapsed = max(last["charts/wall_seconds"] - first["charts/wall_seconds"], 1e-9)
 
@@ -192,6 +229,7 @@ def throughput_between(count: int, first: dict, last: dict) -> ApexThroughput:
             i: actor["transitions"] - before.get(i, {}).get("transitions", 0)
             for i, actor in sorted(last["apex/per_actor"].items())
         },
+        role_cores=dict(role_cores or {}),
     )
 
 

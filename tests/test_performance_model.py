@@ -420,7 +420,8 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
     assert {r["threads"] for r in costs["learning"]} >= {1}
     assert costs["transport"]["request_seconds"] >= 0
     assert [r["sampler"] for r in costs["samplers"]] == ["serial"]
-    assert all(costs["apex"][k] > 0 for k in ("actor_step_seconds", "learner_update_seconds"))
+    apex_roles = ("actor_step_seconds", "learner_update_seconds", "replay_sample_seconds")
+    assert all(costs["apex"][k] > 0 for k in apex_roles)
     dp = costs["data_parallel"]
     assert dp["seconds_per_byte"] > 0 and dp["parameters"] > 1e6
     assert [(u["replicas"], u["samples"]) for u in dp["updates"]] == [(2, 512)]

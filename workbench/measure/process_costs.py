@@ -9,7 +9,10 @@ alone. Two systems have parts that are whole roles rather than a network or an e
   each batch and sends the priorities back. :func:`apex_role_costs` runs each role's own code
   (``ApexActor``, ``ReplayServer``, the learner of ``apex.make_learner``) in this process on one
   torch thread, with what crossing a pipe costs at each end (pickling the message), and returns
-  CPU-seconds per env step, per transition added, and per update.
+  CPU-seconds per env step, per transition added, and per update. The replay's work per update
+  is mostly messages (a request, a batch, the priorities: each wakes its process), so
+  :func:`replay_costs_through_pipe` also measures it with the real replay process and pipe,
+  driven from this process with no actor and no training.
 * **A data-parallel learner** (Stooke & Abbeel 2018, Sec. 3.2): each replica makes the learner's
   own update on its shard of the batch; :func:`learner_update_costs` times that update alone in
   this process on each shard size and thread count. The replicas then sum their gradients: two
@@ -34,7 +37,13 @@ import torch
 from workbench.processes import die_with_parent
 from workbench.system import free_port
 
-__all__ = ["all_reduce_costs", "apex_role_costs", "learner_update_costs", "time_per_call"]
+__all__ = [
+    "all_reduce_costs",
+    "apex_role_costs",
+    "learner_update_costs",
+    "replay_costs_through_pipe",
+    "time_per_call",
+]
 
 
 def time_per_call(call: Callable[[], Any], seconds: float, minimum: int = 3) -> float:
@@ -53,8 +62,11 @@ def apex_role_costs(config: Any, seconds: float = 0.5) -> dict[str, float]:
 
     Returns ``actor_step_seconds`` (an actor's CPU per env step: acting, stepping, the n-step
     window and initial priorities, pickling its block), ``replay_add_seconds`` (the replay's CPU
-    per transition added, the block unpickled), ``replay_sample_seconds`` (per update: a batch
-    drawn and pickled, the priorities message unpickled and applied), ``learner_update_seconds``
+    per transition added, the block unpickled), ``replay_sample_seconds`` (the replay process's
+    CPU per update through the real pipe at the learner's pace: :func:`replay_costs_through_pipe`;
+    in this process alone, a batch drawn and pickled and the priorities applied cost
+    ``replay_sample_in_process_seconds``, about half: each message wakes the process),
+    ``learner_update_seconds``
     (per update: the batch unpickled, a gradient step with its priorities, the priorities pickled,
     and a share of publishing the parameters every ``publish_interval`` updates), and
     ``batch_size``."""
@@ -113,13 +125,64 @@ def apex_role_costs(config: Any, seconds: float = 0.5) -> dict[str, float]:
         actor.close()
     finally:
         torch.set_num_threads(threads)
+    through_pipe = replay_costs_through_pipe(config, max(2 * seconds, 1.0))
     return {
         "actor_step_seconds": actor_block / steps_per_block,
         "replay_add_seconds": add_block / per_block,
-        "replay_sample_seconds": replay_sample,
+        "replay_sample_seconds": through_pipe["replay_seconds_per_update"],
+        "replay_sample_in_process_seconds": replay_sample,
         "learner_update_seconds": learner_update,
         "batch_size": batch_size,
     }
+
+
+def replay_costs_through_pipe(config: Any, seconds: float = 1.0) -> dict[str, float]:
+    """Ape-X's replay process serving a learner through ``apex.transports.local``'s pipe, alone:
+    one actor fills it past ``learning_starts`` and is stopped, then this process is the learner
+    (two batches in flight, an update on each, its priorities sent back), with no actor running.
+    Returns ``replay_seconds_per_update`` (the replay process's CPU per batch served: its messages
+    and the wake-ups between them included) and ``update_seconds`` (this side's wall time per
+    update)."""
+    import psutil
+
+    from workbench.apex import make_learner
+    from workbench.apex.transports.local import LocalTransport
+
+    learner = make_learner(config, torch.device("cpu"))
+    transport = LocalTransport(config, learner.actor_state())
+    try:
+        transport.set_explorations([0.1])
+        transport.start_actor(0)
+        batch_size = config.learner.batch_size
+        deadline = time.monotonic() + 120
+        while transport.stats()["added"] < max(config.learning_starts, 4 * batch_size):
+            if time.monotonic() > deadline or transport.dead_actors():
+                raise RuntimeError("the Ape-X actor did not fill the replay within 120 s")
+            time.sleep(0.05)
+        transport.stop_actor(0)
+        replay = psutil.Process(transport.replay.pid)
+
+        def serve(count: int) -> None:
+            for _ in range(count):
+                while transport.pending_batches < 2:
+                    transport.request_sample(batch_size)
+                sample = transport.take_batch(timeout=30.0)
+                if sample is None:
+                    raise RuntimeError("the Ape-X replay process sent no batch in 30 s")
+                batch, indices, weights = sample
+                learner.update({**batch, "weights": weights})  # the pace of the real learner
+                transport.update_priorities(indices, learner.priorities)
+
+        serve(20)  # untimed
+        cpu_start, wall_start, served = replay.cpu_times(), time.perf_counter(), 0
+        while served < 20 or time.perf_counter() - wall_start < seconds:
+            serve(10)
+            served += 10
+        cpu_end, wall = replay.cpu_times(), time.perf_counter() - wall_start
+    finally:
+        transport.close()
+    cpu = (cpu_end.user + cpu_end.system) - (cpu_start.user + cpu_start.system)
+    return {"replay_seconds_per_update": cpu / served, "update_seconds": wall / served}
 
 
 # --------------------------------------------------------------------------------------------------

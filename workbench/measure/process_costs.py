@@ -66,10 +66,9 @@ def apex_role_costs(config: Any, seconds: float = 0.5) -> dict[str, float]:
     CPU per update through the real pipe at the learner's pace: :func:`replay_costs_through_pipe`;
     in this process alone, a batch drawn and pickled and the priorities applied cost
     ``replay_sample_in_process_seconds``, about half: each message wakes the process),
-    ``learner_update_seconds``
-    (per update: the batch unpickled, a gradient step with its priorities, the priorities pickled,
-    and a share of publishing the parameters every ``publish_interval`` updates), and
-    ``batch_size``."""
+    ``learner_update_seconds`` (per update: the batch unpickled, a gradient step with its
+    priorities, the priorities pickled, and a share of publishing the parameters every
+    ``publish_interval`` updates), and ``batch_size``."""
     from workbench.apex import make_learner
     from workbench.apex.actor import ApexActor
     from workbench.apex.replay_server import ReplayServer

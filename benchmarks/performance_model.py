@@ -84,7 +84,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         nargs="*",
         default=[1, 2, 4],
-        help="data-parallel learner counts (PPO on Pong, gloo; none: left out)",
+        help="data-parallel learner counts (PPO, gloo; none: left out)",
+    )
+    parser.add_argument(
+        "--learner-recipe",
+        default="ppo-pong",
+        choices=["ppo-pong", "ppo-pong-fast", "ppo-cartpole"],
+        help="the PPO recipe whose update the data-parallel learners make (default ppo-pong)",
     )
     parser.add_argument(
         "--samplers",
@@ -248,17 +254,17 @@ def in_system_costs(result) -> dict[str, float]:
     }
 
 
-def measure_learners(counts: list[int], costs: dict) -> list[dict]:
-    """PPO's update on Pong with 1..k data-parallel learners (``benchmarks/learner_scaling.py``),
-    the learner's own update on each replica's shard and the gloo all-reduce of its network's
-    gradient timed into ``costs["data_parallel"]`` just before."""
+def measure_learners(counts: list[int], costs: dict, recipe_name: str = "ppo-pong") -> list[dict]:
+    """``recipe_name``'s PPO update with 1..k data-parallel learners
+    (``benchmarks/learner_scaling.py``), the learner's own update on each replica's shard and the
+    gloo all-reduce of its network's gradient timed into ``costs["data_parallel"]`` just before."""
     from workbench.measure.learner_scaling import learner_scaling
     from workbench.measure.process_costs import all_reduce_costs, learner_update_costs
     from workbench.runs.recipes import RECIPES
     from workbench.sampling import SerialSampler
     from workbench.system import usable_cores
 
-    recipe = RECIPES["ppo-pong"].with_measured_levers()
+    recipe = RECIPES[recipe_name].with_measured_levers()
     learner = recipe.make_learner(0)
     with SerialSampler(
         recipe.env_id,
@@ -285,6 +291,7 @@ def measure_learners(counts: list[int], costs: dict) -> list[dict]:
                 "quantity": "samples/s",
                 "setting": f"{row.learners} learners",
                 "settings": {
+                    "recipe": recipe_name,
                     "learners": row.learners,
                     "minibatch": samples // config.num_minibatches,
                     "gradient_steps": config.num_epochs * config.num_minibatches,
@@ -337,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.apex_actors:
             systems += measure_apex(2 * args.seconds, args.apex_actors, costs)
         if args.learners:
-            systems += measure_learners(args.learners, costs)
+            systems += measure_learners(args.learners, costs, args.learner_recipe)
         rows = validation_rows(costs, systems, NETWORK)
         show(rows)
         passes.append(

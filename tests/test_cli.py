@@ -244,6 +244,27 @@ def test_no_event_file_when_tensorboard_is_switched_off(tmp_path):
     assert metric_rows(runs / "off") and not list((runs / "off").glob("events.out.tfevents.*"))
 
 
+def test_a_new_event_file_sorts_after_every_earlier_one_in_its_folder(tmp_path):
+    # TensorBoard reads a folder's event files in name order, and the writer's counter at the end
+    # of the name is compared as text: a file ".10" opened in the same second as ".9" sorted
+    # first, and a continued run's rows were read before (and purged by) the run they continue.
+    pytest.importorskip("tensorboard")
+    import socket
+    import time
+
+    from workbench.runs.tensorboard import TensorBoardRows
+
+    # This process's own earlier file of this second, its counter text-sorting after any new one.
+    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.99999"
+    earlier = tmp_path / name
+    earlier.write_bytes(b"")
+    rows = TensorBoardRows(tmp_path)
+    rows.add({"charts/env_steps": 100, "charts/updates": 1})
+    rows.close()
+    files = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert len(files) == 2 and files[0] == earlier.name
+
+
 def test_a_run_continued_in_its_folder_hides_the_event_rows_past_its_checkpoint(tmp_path):
     accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     log = RowLog(tmp_path / "metrics.jsonl", "killed")

@@ -463,7 +463,8 @@ def test_the_calibration_command_measures_every_input_and_states_every_error(tmp
     apex_roles = ("actor_step_seconds", "learner_update_seconds", "replay_sample_seconds")
     assert all(costs["apex"][k] > 0 for k in apex_roles)
     dp = costs["data_parallel"]
-    assert dp["seconds_per_byte"] > 0 and dp["latency_seconds"] > 0 and dp["parameters"] > 1000
+    # A few thousand floats: no bandwidth term to speak of (0 when one float took as long).
+    assert dp["seconds_per_byte"] >= 0 and dp["latency_seconds"] > 0 and dp["parameters"] > 1000
     assert [(u["replicas"], u["samples"]) for u in dp["updates"]] == [(2, 128)]  # 8 x 32 / 2
     systems = {(s["system"], s["setting"]) for s in record["systems"]}
     assert systems == {("serial", "num_envs=16, torch=1"), ("serial", "num_envs=64, torch=2")} | {

@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_SWITCH", "FLUSH_SECONDS", "STEP_KEY", "TensorBoardRows", "scalars", "switched_on"]
+__all__ = [
+    "ENV_SWITCH",
+    "FLUSH_SECONDS",
+    "STEP_KEY",
+    "TensorBoardRows",
+    "scalars",
+    "switched_on",
+    "wait_past_earlier_event_files",
+]
 
 ENV_SWITCH = "WORKBENCH_TENSORBOARD"
 """``0`` (or ``false``, ``no``, ``off``): no event files."""
@@ -45,6 +53,23 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
         for key, value in row.items()
         if isinstance(value, numbers.Real) and not isinstance(value, bool)
     }
+
+
+def wait_past_earlier_event_files(folder: Path) -> None:
+    """Wait, at most a second, until the clock's whole second is past every event file already
+    in ``folder``. TensorBoard reads a folder's files in the order of their names,
+    ``events.out.tfevents.<second>.<host>.<pid>.<n>``, and ``n`` is compared as text: a writer
+    opened in the same second as an earlier one of the same process could sort before it
+    (``.10`` before ``.9``), and a continued run's rows would then be read before the run they
+    continue, and purged by it."""
+    latest = -1
+    if folder.is_dir():
+        for path in folder.glob("events.out.tfevents.*"):
+            second = path.name.split(".")[3]
+            if second.isdigit():
+                latest = max(latest, int(second))
+    if latest >= int(time.time()):
+        time.sleep(min(latest + 1 - time.time(), 1.0))
 
 
 class TensorBoardRows:
@@ -102,6 +127,7 @@ class TensorBoardRows:
         except ImportError:  # tensorboard is an optional extra: without it, no event files
             self.off = True
             return None
+        wait_past_earlier_event_files(self.folder)
         try:
             self._writer = SummaryWriter(log_dir=str(self.folder), purge_step=self._purge_step)
         except Exception as error:

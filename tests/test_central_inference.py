@@ -104,6 +104,28 @@ def test_an_interrupted_measurement_leaves_no_process(measure, monkeypatch):
     assert wait_gone(started) == [] and wait_gone(list(live_children() - before)) == []
 
 
+def test_a_window_stays_open_until_every_actor_has_stepped_in_it():
+    # Two actors starved through the window's first 0.3 s: a 0.05 s window would count 0 steps.
+    opened: list[float] = []
+
+    def read_steps() -> int:
+        if not opened:
+            return 10  # warmed up: more than 5 steps an actor
+        return 10 + (2 if time.perf_counter() - opened[0] > 0.3 else 0)
+
+    steps, window, _, _ = study.measure_window(
+        read_steps,
+        lambda: None,
+        2,
+        0.05,
+        0.0,
+        time.perf_counter(),
+        [],
+        on_open=lambda: opened.append(time.perf_counter()),
+    )
+    assert steps == 2 and window > 0.3
+
+
 def test_arguments_are_checked():
     with pytest.raises(ValueError, match="num_actors"):
         study.measure_seed(ENV, 0, 1.0)

@@ -371,6 +371,13 @@ def test_a_system_the_model_does_not_know_is_named():
         validation_rows(record(), systems, "nature-84")
 
 
+def test_a_system_measured_at_zero_is_refused_with_the_fix():
+    systems = [{"system": "impala", "setting": "2 actors", "settings": {"num_actors": 2}}]
+    systems[0]["steps_per_second"] = 0.0
+    with pytest.raises(ValueError, match="impala 2 actors: measured 0.0 env steps/s.*--seconds"):
+        validation_rows(record(), systems, "nature-84")
+
+
 # --------------------------------------------------------------------------------------------------
 # Projection to the papers' machines
 

@@ -252,7 +252,9 @@ def measure_window(
     processes: Sequence[psutil.Process],
     on_open: Callable[[], None] = lambda: None,
 ) -> tuple[int, float, float, float]:
-    """Warm up (every actor stepped, then ``warmup`` s), then count steps for ``seconds``.
+    """Warm up (every actor stepped, then ``warmup`` s), then count steps for ``seconds``, and on
+    until the window holds a step per actor: a short window on a loaded machine can otherwise
+    end before a starved actor steps once and measure a rate of 0.
 
     Returns (steps, window seconds, warm-up seconds, CPU seconds of ``processes`` in the window)."""
     deadline = time.monotonic() + WORKER_TIMEOUT
@@ -268,9 +270,15 @@ def measure_window(
     on_open()
     cpu0, steps0, t0 = cpu_seconds(processes), read_steps(), time.perf_counter()
     end = t0 + seconds
-    while (now := time.perf_counter()) < end:
-        time.sleep(min(0.1, end - now))
+    deadline = time.monotonic() + seconds + WORKER_TIMEOUT
+    while (now := time.perf_counter()) < end or read_steps() - steps0 < num_actors:
+        time.sleep(min(0.1, max(end - now, 0.01)))
         check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{num_actors} actors made {read_steps() - steps0} steps in a window of "
+                f"{seconds + WORKER_TIMEOUT:.0f} s: the machine is overloaded"
+            )
     steps1, t1, cpu1 = read_steps(), time.perf_counter(), cpu_seconds(processes)
     return steps1 - steps0, t1 - t0, t0 - started, cpu1 - cpu0
 

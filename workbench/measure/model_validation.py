@@ -167,6 +167,12 @@ def validation_rows(
     costs = machine_costs(costs_record, network)
     rows = []
     for system in systems:
+        if not system["steps_per_second"] > 0:
+            raise ValueError(
+                f"{system['system']} {system['setting']}: measured {system['steps_per_second']!r} "
+                f"{system.get('quantity', 'env steps/s')}, nothing to compare the model with; "
+                "measure it again alone on the machine, or with a longer window (--seconds)"
+            )
         predicted = predict(costs, system)
         setting = system["setting"]
         point = (system["system"], system["settings"].get("num_actors")) in CALIBRATION_POINTS

@@ -170,11 +170,17 @@ def measured_window(
 ) -> tuple[dict, dict, dict[str, float]]:
     """Run ``apex`` in this thread and return the rows that open and close its measured window:
     the first row at which all ``count`` actors had sent a block and the learner was updating,
-    and the first one ``seconds`` later (the run is stopped there), with the cores each role
-    kept busy between them (``role_cpu_seconds``). Raises TimeoutError when it does not warm up
-    within ``warmup_timeout`` seconds."""
+    and the first one ``seconds`` later at which the actors had stepped and the learner updated
+    since (the run is stopped there), with the cores each role kept busy between them
+    (``role_cpu_seconds``). Raises TimeoutError when it does not warm up within
+    ``warmup_timeout`` seconds."""
     window: dict[str, dict] = {}
     cpu: dict[str, dict[str, float]] = {}
+
+    def moved(start: dict, row: dict) -> bool:
+        # A short window on a loaded machine can close before a starved actor (nice 10) sends a
+        # block: it stays open until the actors and the learner have each made progress.
+        return all(row[key] > start[key] for key in ("charts/env_steps", "charts/updates"))
 
     def watch(row: dict) -> None:
         if "event" in row:
@@ -185,7 +191,9 @@ def measured_window(
                 cpu["start"] = role_cpu_seconds(apex)
             elif row["charts/wall_seconds"] > warmup_timeout:
                 apex.stop(wait=False)
-        elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds:
+        elif row["charts/wall_seconds"] - window["start"]["charts/wall_seconds"] >= seconds and (
+            moved(window["start"], row)
+        ):
             window["end"] = row
             cpu["end"] = role_cpu_seconds(apex)
             apex.stop(wait=False)

@@ -31,9 +31,11 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import psutil
 
 from workbench.checks import positive_int
 from workbench.reaper import INSTANCE_ENV, kill_marked, marked_processes
@@ -43,6 +45,7 @@ __all__ = [
     "PrivateRay",
     "acquire_ray",
     "connect",
+    "end_killed_actors",
     "ensure_ray",
     "import_ray",
     "live_nodes",
@@ -293,6 +296,29 @@ def release_ray() -> None:
     instance.users = max(0, instance.users - 1)
     if instance.started_by_run and instance.users == 0:
         shutdown()
+
+
+KILLED_ACTOR_GRACE = 5.0
+"""Seconds a killed actor's process of a private instance gets to end before it is SIGKILLed."""
+
+
+def end_killed_actors(pids: Sequence[int], grace: float = KILLED_ACTOR_GRACE) -> list[int]:
+    """Wait until the processes of actors just ``ray.kill``-ed end, up to ``grace`` seconds, then
+    SIGKILL the ones still there; returns their pids. ``ray.kill`` returns before the actor's
+    process ends, and on a loaded machine one lingered for 16 s (an env actor restarted during a
+    measurement). Only processes of this process's private instance (``local_ray``,
+    ``simulated_cluster``: marked, on this machine) are touched; on a cluster Ray ends its own."""
+    instance = private_ray()
+    wanted = set(pids)
+    if instance is None or not wanted:
+        return []
+    processes = [p for p in instance.processes() if p.pid in wanted]
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return [process.pid for process in alive]
 
 
 def shutdown() -> None:

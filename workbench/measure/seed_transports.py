@@ -208,8 +208,8 @@ def _measure_ray(
     timeout,
     settings,
 ) -> TransportResult:
-    from workbench.cluster import ensure_ray, private_ray
-    from workbench.seed.transports.ray import RayActors
+    from workbench.cluster import end_killed_actors, ensure_ray, private_ray
+    from workbench.seed.transports.ray import ACTOR_START_TIMEOUT, RayActors
     from workbench.seed.transports.ray_server import RayInferenceServer
 
     ray = ensure_ray()
@@ -227,7 +227,9 @@ def _measure_ray(
         nice=settings.actor_nice,
     )
     instance = private_ray()
+    server_pid = None
     try:
+        server_pid = ray.get(server.pid.remote(), timeout=ACTOR_START_TIMEOUT)
         actors.start()
 
         def reset_latency() -> None:
@@ -253,6 +255,7 @@ def _measure_ray(
     finally:
         actors.stop()
         ray.kill(server)
+        end_killed_actors([server_pid] if server_pid is not None else [])
     round_trip = float(np.mean([r for r in round_trips if r is not None])) if round_trips else None
     latency = stats.get("latency_p50_ms", float("nan"))
     return TransportResult(

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from workbench.checks import positive_int
-from workbench.cluster import ensure_ray, import_ray, node_for
+from workbench.cluster import end_killed_actors, ensure_ray, import_ray, node_for
 from workbench.envs import make_vector_env
 from workbench.restarts import ActorKeepsDying, RestartSchedule
 from workbench.seed.env_actors import (
@@ -265,6 +265,7 @@ class RayActors:
         self.max_steps = max_steps
         self.observation_space, self.action_space = observation_space, action_space
         self.events: list[ActorEvent] = []
+        self._killed_pids: list[int] = []  # retired or dead ones' processes: ``stop`` ends them
         self.actor_restarts = RestartSchedule()
         """Dead actors and their restarts, after a backoff (``restarts``)."""
         self.error: str | None = None
@@ -340,6 +341,7 @@ class RayActors:
             for index in running[num_actors:]:
                 handle = self._actors.pop(index)
                 self.ray.kill(handle.actor)
+                self._killed_pids += [handle.pid] if handle.pid is not None else []
                 # Its late requests are refused.
                 self.ray.get(self.server.restart.remote(self.slots_of(index)))
                 self._event("stopped", index, "retired")
@@ -347,7 +349,9 @@ class RayActors:
         self.num_actors = num_actors
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Ask every actor to end its loop, wait up to ``timeout`` seconds, then free them all."""
+        """Ask every actor to end its loop, wait up to ``timeout`` seconds, then free them all;
+        on a private instance, return once their processes (and those of actors killed before)
+        have ended (``cluster.end_killed_actors``)."""
         ray = self.ray
         handles = list(self._actors.values())
         for handle in handles:
@@ -362,6 +366,8 @@ class RayActors:
         for handle in handles:
             ray.kill(handle.actor)
         self._actors.clear()
+        end_killed_actors([h.pid for h in handles if h.pid is not None] + self._killed_pids)
+        self._killed_pids.clear()
 
     def __enter__(self) -> "RayActors":
         return self.start() if not self._started else self
@@ -426,9 +432,11 @@ class RayActors:
             self._event("stopped", handle.index, result["reason"] or "")
             self._actors.pop(handle.index, None)
             ray.kill(handle.actor)
+            self._killed_pids += [handle.pid] if handle.pid is not None else []
             return
         self._event(kind, handle.index, detail)
         ray.kill(handle.actor)
+        self._killed_pids += [handle.pid] if handle.pid is not None else []
         self._actors.pop(handle.index, None)
         if not restart:
             return

@@ -13,6 +13,7 @@ actors' processes load. ``transports.ray_learner`` adds SEED's learner to the sa
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import traceback
 from collections import deque
@@ -416,6 +417,10 @@ class RayInferenceServer:
         if self._recorder is not None:
             out["recorded_dropped"] = float(self._recorder.dropped)  # record_steps was too small
         return out
+
+    async def pid(self) -> int:
+        """This server's process id (``cluster.end_killed_actors`` waits for it to end)."""
+        return os.getpid()
 
     async def reset_stats(self) -> None:
         """Start the latency percentiles and batch sizes of ``stats`` afresh (a measured window)."""

@@ -340,8 +340,7 @@ class RayActors:
             running = sorted(self._actors)
             for index in running[num_actors:]:
                 handle = self._actors.pop(index)
-                self.ray.kill(handle.actor)
-                self._killed_pids += [handle.pid] if handle.pid is not None else []
+                self._kill(handle)
                 # Its late requests are refused.
                 self.ray.get(self.server.restart.remote(self.slots_of(index)))
                 self._event("stopped", index, "retired")
@@ -364,10 +363,16 @@ class RayActors:
                 else:
                     self._event("stopped", handle.index, f"killed: still running after {timeout} s")
         for handle in handles:
-            ray.kill(handle.actor)
+            self._kill(handle)
         self._actors.clear()
-        end_killed_actors([h.pid for h in handles if h.pid is not None] + self._killed_pids)
+        end_killed_actors(self._killed_pids)
         self._killed_pids.clear()
+
+    def _kill(self, handle: _Handle) -> None:
+        """Free its actor; ``stop`` waits for its process, which ``ray.kill`` does not."""
+        self.ray.kill(handle.actor)
+        if handle.pid is not None:
+            self._killed_pids.append(handle.pid)
 
     def __enter__(self) -> "RayActors":
         return self.start() if not self._started else self
@@ -431,12 +436,10 @@ class RayActors:
             self.finished[handle.index] = result
             self._event("stopped", handle.index, result["reason"] or "")
             self._actors.pop(handle.index, None)
-            ray.kill(handle.actor)
-            self._killed_pids += [handle.pid] if handle.pid is not None else []
+            self._kill(handle)
             return
         self._event(kind, handle.index, detail)
-        ray.kill(handle.actor)
-        self._killed_pids += [handle.pid] if handle.pid is not None else []
+        self._kill(handle)
         self._actors.pop(handle.index, None)
         if not restart:
             return

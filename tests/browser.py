@@ -310,6 +310,9 @@ class NotebookPage:
         self.channels: list[Any] = []  # the kernel websockets (…/api/kernels/<id>/channels)
         self.frames_received = 0
         self.console: list[str] = []
+        # What else a failure's message states (name -> a callable that describes it): the test
+        # adds what tells a stalled run from a page that stopped drawing.
+        self.evidence: dict[str, Callable[[], str]] = {}
         self.page.on("websocket", self._on_websocket)
         self.page.on(
             "console", lambda message: self.console.append(f"{message.type}: {message.text}")
@@ -336,6 +339,11 @@ class NotebookPage:
         console = self.artifacts / "browser-console.log"
         with contextlib.suppress(OSError):
             console.write_text("\n".join(self.console))
+        for name, describe_it in self.evidence.items():
+            try:
+                message += f"\n{name}: {describe_it()}"
+            except Exception as error:  # evidence is best effort: the original message stays
+                message += f"\n{name}: (unavailable: {type(error).__name__}: {error})"
         raise AssertionError(
             f"{message}\nscreenshot: {screenshot}\njupyter log: {self.lab.log_path}\n"
             f"browser console: {console}\nlast lines of the jupyter log:\n"

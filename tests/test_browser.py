@@ -19,10 +19,13 @@ pytest's temporary folder.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -38,6 +41,7 @@ LIVE_PANEL = "# live panel"
 START_WITHIN = 240.0  # seconds: JupyterLab, chromium, the kernel and the first cells (2 busy cores)
 APPLY_WITHIN = 90.0  # seconds for the run to apply a change, or to stop, or for charts to draw
 SHUTDOWN_WITHIN = 90.0  # seconds for kernel, workers and server to end
+ENDED = ("finished", "stopped", "failed")  # how the panel's status line starts once a run ended
 INSTALL_CHROMIUM = (
     "run bin/test, which installs Debian's chromium, or: "
     "sudo apt-get install --no-install-recommends chromium"
@@ -64,6 +68,76 @@ class Session:
 
     def status_text(self) -> str:
         return self.page.page.locator(".workbench-status").first.inner_text(timeout=10_000)
+
+    def evidence(self, live_cell: int) -> dict[str, Callable[[], str]]:
+        """What a failure states besides the page: the panel's status line and the live cell's
+        output (a stalled or failed run says so there), the rows the run wrote to disk (a run that
+        goes on while the page stops drawing), and the processes of the session with their state."""
+
+        def rows_on_disk() -> str:
+            keys = ("event", "charts/iteration", "charts/env_steps", "charts/wall_seconds")
+            found = {
+                folder.name: (len(rows), {key: rows[-1][key] for key in keys if key in rows[-1]})
+                for folder, rows in metrics_rows(self.runs_dir).items()
+                if rows
+            }
+            return (
+                "; ".join(
+                    f"{name}: {count} rows, the last {last}"
+                    for name, (count, last) in found.items()
+                )
+                or f"no rows under {self.runs_dir}"
+            )
+
+        def processes() -> str:
+            lines = []
+            for process in self.lab.note_processes():
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    lines.append(
+                        f"{process.pid} {process.status()} cpu {times.user + times.system:.1f} s: "
+                        f"{' '.join(process.cmdline())[:100]}"
+                    )
+            return "\n  " + "\n  ".join(lines)
+
+        def machine() -> str:
+            load = ", ".join(f"{x:.1f}" for x in psutil.getloadavg())
+            return f"load average {load}; memory {psutil.virtual_memory().percent:.0f}% used"
+
+        # stdout, stderr and errors only (the panel's own text is "the panel says")
+        printed = (
+            self.page.cells()
+            .nth(live_cell)
+            .locator(
+                ".jp-OutputArea-output[data-mime-type*='application/vnd.jupyter.std'], "
+                ".jp-OutputArea-output[data-mime-type*='error']"
+            )
+        )
+        return {
+            "the panel says": self.status_text,
+            "the live cell printed": lambda: (
+                "\n".join(printed.all_inner_texts())[-2000:] or "nothing"
+            ),
+            "the run's rows on disk": rows_on_disk,
+            "the session's processes": processes,
+            "the machine": machine,
+        }
+
+    def wait_drawing(
+        self, what: str, predicate: Callable[[], Any], timeout: float = APPLY_WITHIN
+    ) -> Any:
+        """``page.wait_for(what, predicate, timeout)`` while the run goes: a run that ended (failed,
+        say) fails the wait at once, with what the panel says."""
+
+        def check() -> Any:
+            status = self.status_text()
+            if status.startswith(ENDED):
+                self.page.fail(
+                    f"the run ended while waiting for {what}; the panel says: {status!r}"
+                )
+            return predicate()
+
+        return self.page.wait_for(what, check, timeout)
 
     def require_running(self, doing: str) -> None:
         status = self.status_text()
@@ -98,8 +172,11 @@ def session(tmp_path_factory: pytest.TempPathFactory):
         browser = Browser(home / "chromium-profile")
         page = NotebookPage(lab, browser, NOTEBOOK, home)
         page.open(timeout=START_WITHIN)
-        page.run_through(code_cell_indices(root / NOTEBOOK, LIVE_PANEL), timeout=START_WITHIN)
-        yield Session(lab, browser, page, runs_dir)
+        cells = code_cell_indices(root / NOTEBOOK, LIVE_PANEL)
+        page.run_through(cells, timeout=START_WITHIN)
+        session = Session(lab, browser, page, runs_dir)
+        page.evidence.update(session.evidence(cells[-1]))
+        yield session
     finally:
         if browser is not None:
             browser.close()
@@ -118,10 +195,12 @@ def test_workers_slider_changes_the_running_run(session: Session) -> None:
     settings event in its metrics.jsonl), resizes its sampler, and the charts go on drawing, with
     the change marked."""
     page = session.page
-    page.wait_for(
+    # The first point waits for the run's worker processes to start (torch's import in each):
+    # a start-up, so START_WITHIN bounds it.
+    session.wait_drawing(
         "the return chart's first point",
         lambda: (page.chart("workbench-chart-return")["points"] or 0) >= 1,
-        APPLY_WITHIN,
+        START_WITHIN,
     )
     session.require_running("the slider moved")
     readout = page.page.locator(".workbench-workers .widget-readout").first
@@ -179,10 +258,10 @@ def test_stop_button_stops_the_run_and_keeps_its_checkpoint(session: Session) ->
     """Stop: the run ends at an iteration boundary, the panel says stopped, its workers end, and
     checkpoint.pt holds the last iteration recorded in metrics.jsonl."""
     page = session.page
-    page.wait_for(
+    session.wait_drawing(
         "the run to draw (it is running)",
         lambda: (page.chart("workbench-chart-speed")["points"] or 0) >= 1,
-        APPLY_WITHIN,
+        START_WITHIN,
     )
     session.require_running("Stop was pressed")
     running_workers = workers(session.lab)

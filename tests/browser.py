@@ -339,6 +339,10 @@ class NotebookPage:
         console = self.artifacts / "browser-console.log"
         with contextlib.suppress(OSError):
             console.write_text("\n".join(self.console))
+        errors = [line for line in self.console if line.startswith(("error", "pageerror"))]
+        message += f"\nbrowser console errors: {len(errors)}" + "".join(
+            f"\n  {line[:300]}" for line in errors[-8:]
+        )
         for name, describe_it in self.evidence.items():
             try:
                 message += f"\n{name}: {describe_it()}"

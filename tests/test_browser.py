@@ -130,7 +130,10 @@ class Session:
         say) fails the wait at once, with what the panel says."""
 
         def check() -> Any:
-            status = self.status_text()
+            try:
+                status = self.status_text()
+            except Exception:  # no panel drawn (yet): keep waiting; a timeout states the evidence
+                status = ""
             if status.startswith(ENDED):
                 self.page.fail(
                     f"the run ended while waiting for {what}; the panel says: {status!r}"

@@ -33,6 +33,8 @@ import torch
 from browser import CHROMIUM, Browser, Lab, NotebookPage, code_cell_indices, describe, metrics_rows
 from processes import wait_gone
 
+from workbench.runs.lifecycle import ENDED  # the panel's status line starts with run.status
+
 pytestmark = pytest.mark.slow
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -41,7 +43,6 @@ LIVE_PANEL = "# live panel"
 START_WITHIN = 240.0  # seconds: JupyterLab, chromium, the kernel and the first cells (2 busy cores)
 APPLY_WITHIN = 90.0  # seconds for the run to apply a change, or to stop, or for charts to draw
 SHUTDOWN_WITHIN = 90.0  # seconds for kernel, workers and server to end
-ENDED = ("finished", "stopped", "failed")  # how the panel's status line starts once a run ended
 INSTALL_CHROMIUM = (
     "run bin/test, which installs Debian's chromium, or: "
     "sudo apt-get install --no-install-recommends chromium"
@@ -134,7 +135,7 @@ class Session:
                 status = self.status_text()
             except Exception:  # no panel drawn (yet): keep waiting; a timeout states the evidence
                 status = ""
-            if status.startswith(ENDED):
+            if status.startswith(tuple(ENDED)):
                 self.page.fail(
                     f"the run ended while waiting for {what}; the panel says: {status!r}"
                 )
